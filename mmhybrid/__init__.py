@@ -1,0 +1,10 @@
+"""mmhybrid: hybrid and linear-attention vision backbones for OpenMMLab."""
+from .version import __version__
+from .utils.checkpoint_compat import patch_mmengine_checkpoint_loading
+
+patch_mmengine_checkpoint_loading()
+
+from . import ops  # noqa: E402,F401
+from . import models  # noqa: E402,F401
+
+__all__ = ['__version__']

@@ -1,0 +1,108 @@
+"""The WKV linear-attention layer of SoLA-Vision (Sec. 4.4, Fig. 4c)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks.drop import DropPath
+
+from mmhybrid.ops import bi_wkv, quad_token_shift
+from .layer_scale import LayerScale
+
+
+class TokenShiftMix(nn.Module):
+    """``x * mu + shift(x) * (1 - mu)`` with one learnable ``mu`` per output."""
+
+    def __init__(self, dims, num_outputs):
+        super().__init__()
+        self.mix = nn.Parameter(torch.full((num_outputs, dims), 0.5))
+
+    def forward(self, x, hw_shape):
+        shifted = quad_token_shift(x, hw_shape)
+        return [torch.lerp(shifted, x, mu) for mu in self.mix]
+
+
+class SpatialMix(nn.Module):
+    """Receptance-gated bidirectional WKV (Eq. 9): ``W_o (sigma(R) * norm(wkv(K, V)))``.
+
+    The learnable ``spatial_decay`` (w) and ``spatial_first`` (u) are divided by the
+    number of tokens N, the 1/N distance scaling of Eq. 9. ``forward`` also returns
+    the WKV output (the per-token normalised hidden state) for the Hidden State Bridge.
+    """
+
+    def __init__(self, dims, key_norm=True, norm_cfg=dict(type='LN')):
+        super().__init__()
+        self.shift_mix = TokenShiftMix(dims, 3)
+        self.key = nn.Linear(dims, dims, bias=False)
+        self.value = nn.Linear(dims, dims, bias=False)
+        self.receptance = nn.Linear(dims, dims, bias=False)
+        self.spatial_decay = nn.Parameter(torch.zeros(dims))
+        self.spatial_first = nn.Parameter(torch.zeros(dims))
+        self.key_norm = (build_norm_layer(norm_cfg, dims)[1]
+                         if key_norm else nn.Identity())
+        self.output = nn.Linear(dims, dims, bias=False)
+
+    def forward(self, x, hw_shape):
+        xk, xv, xr = self.shift_mix(x, hw_shape)
+        N = x.shape[1]
+        hidden = bi_wkv(self.spatial_decay / N, self.spatial_first / N,
+                        self.key(xk), self.value(xv))
+        out = torch.sigmoid(self.receptance(xr)) * self.key_norm(hidden)
+        return self.output(out), hidden
+
+
+class ChannelMix(nn.Module):
+    """Gated squared-ReLU MLP: ``sigma(R_c) * W_v ReLU(K_c)^2``."""
+
+    def __init__(self, dims, hidden_rate=4, key_norm=True,
+                 norm_cfg=dict(type='LN')):
+        super().__init__()
+        hidden = int(dims * hidden_rate)
+        self.shift_mix = TokenShiftMix(dims, 2)
+        self.key = nn.Linear(dims, hidden, bias=False)
+        self.key_norm = (build_norm_layer(norm_cfg, hidden)[1]
+                         if key_norm else nn.Identity())
+        self.receptance = nn.Linear(dims, dims, bias=False)
+        self.value = nn.Linear(hidden, dims, bias=False)
+
+    def forward(self, x, hw_shape):
+        xk, xr = self.shift_mix(x, hw_shape)
+        k = self.key_norm(F.relu(self.key(xk)).square())
+        return torch.sigmoid(self.receptance(xr)) * self.value(k)
+
+
+class WKVLayer(nn.Module):
+    """Pre-norm residual layer: spatial mix, then channel mix ('L' in a schedule).
+
+    Returns ``(x, hidden)``; ``hidden`` is the WKV output of the spatial mix.
+    """
+
+    def __init__(self, dims, hidden_rate=4, key_norm=True, drop_path=0.,
+                 layer_scale_init_value=None, norm_cfg=dict(type='LN'),
+                 **unused):
+        super().__init__()
+        self.norm1 = build_norm_layer(norm_cfg, dims)[1]
+        self.attn = SpatialMix(dims, key_norm, norm_cfg)
+        self.ls1 = LayerScale(dims, layer_scale_init_value)
+        self.norm2 = build_norm_layer(norm_cfg, dims)[1]
+        self.ffn = ChannelMix(dims, hidden_rate, key_norm, norm_cfg)
+        self.ls2 = LayerScale(dims, layer_scale_init_value)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    def init_decay(self, depth_ratio):
+        """Spread decays over channels, slower decay deeper (RWKV's init idea).
+
+        ``spatial_decay`` goes from -5 to 3 across channels along a power curve whose
+        exponent grows with depth; ``spatial_first`` starts at log(0.3).
+        """
+        attn = self.attn
+        C = attn.spatial_decay.numel()
+        frac = torch.arange(C, dtype=torch.float32) / max(C - 1, 1)
+        with torch.no_grad():
+            attn.spatial_decay.copy_(-5 + 8 * frac**(0.7 + 1.3 * depth_ratio))
+            attn.spatial_first.fill_(float(torch.log(torch.tensor(0.3))))
+
+    def forward(self, x, hw_shape):
+        out, hidden = self.attn(self.norm1(x), hw_shape)
+        x = x + self.drop_path(self.ls1(out))
+        x = x + self.drop_path(self.ls2(self.ffn(self.norm2(x), hw_shape)))
+        return x, hidden

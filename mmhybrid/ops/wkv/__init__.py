@@ -1,0 +1,50 @@
+"""Bidirectional WKV (SoLA-Vision Eq. 9 / Vision-RWKV).
+
+``bi_wkv`` dispatches to a backend by name; ``naive`` is the O(T^2) reference and
+``chunk`` the O(T C) pure-PyTorch path used on every device. A GPU kernel registers
+itself with :func:`register_wkv_backend` and becomes the default on CUDA tensors.
+"""
+from .chunk import chunk_bi_wkv
+from .naive import naive_bi_wkv
+
+_BACKENDS = {'naive': naive_bi_wkv, 'chunk': chunk_bi_wkv}
+_DEFAULT = {'cpu': 'chunk', 'cuda': 'chunk'}
+
+
+def register_wkv_backend(name, fn, default_for=()):
+    """Add a backend ``fn(w, u, k, v)``; make it the default for device types given."""
+    _BACKENDS[name] = fn
+    for device_type in default_for:
+        _DEFAULT[device_type] = name
+
+
+def bi_wkv(w, u, k, v, backend=None):
+    r"""Bidirectional WKV attention, Eq. 9 of SoLA-Vision.
+
+    .. math::
+        wkv_t = \frac{\sum_{i \ne t} e^{-(|t-i|-1) w + k_i} v_i + e^{u + k_t} v_t}
+                     {\sum_{i \ne t} e^{-(|t-i|-1) w + k_i} + e^{u + k_t}}
+
+    Args:
+        w (Tensor): (C,) per-channel decay, used as is (the SoLA/Vision-RWKV layer
+            passes ``decay / T``).
+        u (Tensor): (C,) per-channel bonus for the token itself (``first / T``).
+        k, v (Tensor): (B, T, C) keys and values.
+        backend (str, optional): ``'chunk'``, ``'naive'`` or a registered name.
+    Returns:
+        Tensor: (B, T, C) in the dtype of ``v``.
+    """
+    if k.dim() != 3 or k.shape != v.shape:
+        raise ValueError(f'k and v must both be (B, T, C); got {tuple(k.shape)} '
+                         f'and {tuple(v.shape)}')
+    C = k.shape[-1]
+    if w.shape != (C,) or u.shape != (C,):
+        raise ValueError(f'w and u must be ({C},); got {tuple(w.shape)} and '
+                         f'{tuple(u.shape)}')
+    name = backend or _DEFAULT.get(k.device.type, 'chunk')
+    if name not in _BACKENDS:
+        raise KeyError(f'unknown WKV backend {name!r}; have {sorted(_BACKENDS)}')
+    return _BACKENDS[name](w, u, k, v)
+
+
+__all__ = ['bi_wkv', 'chunk_bi_wkv', 'naive_bi_wkv', 'register_wkv_backend']
