@@ -1,5 +1,9 @@
 """Functional ops (no parameters). Each op has a naive reference for tests."""
+from .elfatt import block_attention, effatt
 from .token_shift import quad_token_shift
 from .wkv import bi_wkv, register_wkv_backend
 
-__all__ = ['bi_wkv', 'register_wkv_backend', 'quad_token_shift']
+__all__ = [
+    'bi_wkv', 'register_wkv_backend', 'quad_token_shift', 'block_attention',
+    'effatt'
+]

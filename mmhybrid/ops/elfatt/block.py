@@ -1,0 +1,46 @@
+"""The local blockify head of ELFATT: exact softmax attention inside token blocks."""
+import torch
+import torch.nn.functional as F
+
+
+def block_attention(q, k, v, block_size, scale=None):
+    r"""``g(softmax(f(Q) f(K)^T / sqrt(d)) f(V))``: the second term of ELFATT Eq. 8.
+
+    ``f`` cuts the token sequence into contiguous blocks of ``block_size`` tokens
+    (the last block may be shorter) and ``g`` puts them back in order; every token
+    attends exactly to the tokens of its own block. Full blocks form one batched
+    ``F.scaled_dot_product_attention`` call with no mask, so FlashAttention /
+    memory-efficient kernels apply on GPU; a shorter last block is its own call.
+    That equals padding the last block and masking the padding (the reference
+    :func:`naive_block_attention`), without a mask that would rule out
+    FlashAttention. Cost O(N * block_size * d).
+
+    Args:
+        q, k: (B, heads, N, d); v: (B, heads, N, dv).
+        block_size (int): tokens per block; ``>= N`` gives plain global attention.
+        scale (float, optional): logit scale; ``d ** -0.5`` when None.
+    Returns:
+        (B, heads, N, dv).
+    """
+    if q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f'q, k must be (B, heads, N, d) and v (B, heads, N, dv); '
+                         f'got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
+    if block_size < 1:
+        raise ValueError(f'block_size must be >= 1, got {block_size}')
+    B, heads, N, d = q.shape
+    num_full = N // block_size
+    split = num_full * block_size
+    outs = []
+    if num_full:
+        # (B, h, split, d) -> (B*h, num_full, block, d): a view, B and h merge.
+        def blocks(t):
+            return t[:, :, :split].reshape(B * heads, num_full, block_size,
+                                           t.shape[-1])
+
+        out = F.scaled_dot_product_attention(blocks(q), blocks(k), blocks(v),
+                                             scale=scale)
+        outs.append(out.reshape(B, heads, split, -1))
+    if split < N:
+        outs.append(F.scaled_dot_product_attention(
+            q[:, :, split:], k[:, :, split:], v[:, :, split:], scale=scale))
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)

@@ -1,0 +1,99 @@
+"""ELFATT heads (mmhybrid.ops.effatt / block_attention) against naive references."""
+import pytest
+import torch
+
+from mmhybrid.ops import block_attention, effatt
+from mmhybrid.ops.elfatt import naive_block_attention, naive_effatt
+
+SHAPES = [  # (B, heads, N, d, block_size): N divisible or not by the block size
+    (2, 3, 50, 8, 7),
+    (1, 2, 49, 16, 49),
+    (2, 1, 13, 4, 32),   # one short block only
+    (1, 4, 131, 8, 16),
+]
+
+
+def _qkv(B, h, N, d, std=2., requires_grad=False):
+    return [(torch.randn(B, h, N, d, dtype=torch.float64) * std).requires_grad_(
+        requires_grad)
+            for _ in range(3)]
+
+
+@pytest.mark.parametrize('B,h,N,d,bs', SHAPES)
+def test_block_attention_matches_reference(B, h, N, d, bs):
+    q, k, v = _qkv(B, h, N, d)
+    torch.testing.assert_close(block_attention(q, k, v, bs),
+                               naive_block_attention(q, k, v, bs))
+
+
+@pytest.mark.parametrize('B,h,N,d,_', SHAPES)
+def test_effatt_matches_reference(B, h, N, d, _):
+    q, k, v = _qkv(B, h, N, d)
+    torch.testing.assert_close(effatt(q, k, v), naive_effatt(q, k, v))
+
+
+def test_block_attention_is_local_and_whole_block_is_global():
+    q, k, v = _qkv(1, 2, 20, 4)
+    out = block_attention(q, k, v, 8)
+    v2 = v.clone()
+    v2[:, :, 16:] += 1.0  # only the last (short) block sees this
+    out2 = block_attention(q, k, v2, 8)
+    torch.testing.assert_close(out[:, :, :16], out2[:, :, :16])
+    assert not torch.allclose(out[:, :, 16:], out2[:, :, 16:])
+    full = torch.softmax(q @ k.transpose(-2, -1) / 2.0, -1) @ v
+    torch.testing.assert_close(block_attention(q, k, v, 20), full)
+    torch.testing.assert_close(block_attention(q, k, v, 64), full)
+
+
+@pytest.mark.parametrize('op', ['effatt', 'block'])
+def test_gradients_match_reference(op):
+    fast, ref = ((effatt, naive_effatt) if op == 'effatt' else
+                 (lambda q, k, v: block_attention(q, k, v, 9),
+                  lambda q, k, v: naive_block_attention(q, k, v, 9)))
+    q, k, v = _qkv(2, 2, 31, 8, requires_grad=True)
+    grad_out = torch.randn(2, 2, 31, 8, dtype=torch.float64)
+    g_fast = torch.autograd.grad((fast(q, k, v) * grad_out).sum(), (q, k, v))
+    g_ref = torch.autograd.grad((ref(q, k, v) * grad_out).sum(), (q, k, v))
+    for a, b in zip(g_fast, g_ref):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize('dtype,tol', [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
+@pytest.mark.parametrize('op', ['effatt', 'block'])
+def test_low_precision_close_to_float64(dtype, tol, op):
+    fn = effatt if op == 'effatt' else (lambda q, k, v: block_attention(q, k, v, 10))
+    ref = naive_effatt if op == 'effatt' else (
+        lambda q, k, v: naive_block_attention(q, k, v, 10))
+    q, k, v = _qkv(2, 3, 47, 16, std=1., requires_grad=True)
+    low = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    out = fn(*low)
+    assert out.dtype == dtype
+    expected = ref(q, k, v)
+    torch.testing.assert_close(out.double(), expected, atol=tol, rtol=tol)
+    grad_out = torch.randn_like(expected)
+    g_low = torch.autograd.grad((out.double() * grad_out).sum(), low)
+    g_ref = torch.autograd.grad((expected * grad_out).sum(), (q, k, v))
+    for a, b in zip(g_low, g_ref):
+        scale = b.abs().max()
+        assert (a.double() - b).abs().max() <= 4 * tol * scale
+
+
+def test_shape_errors():
+    q = torch.randn(1, 2, 10, 4)
+    with pytest.raises(ValueError):
+        block_attention(q, q, q, 0)
+    with pytest.raises(ValueError):
+        effatt(q, q[:, :, :5], q)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_cuda_fused_kernels_match_reference(dtype):
+    q, k, v = _qkv(2, 4, 3136 + 17, 32, std=1.)
+    ref_block = naive_block_attention(q, k, v, 49)
+    ref_eff = naive_effatt(q, k, v)
+    q, k, v = (t.cuda().to(dtype) for t in (q, k, v))
+    torch.testing.assert_close(block_attention(q, k, v, 49).double().cpu(), ref_block,
+                               atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(effatt(q, k, v).double().cpu(), ref_eff,
+                               atol=2e-2, rtol=2e-2)
