@@ -1,9 +1,10 @@
 """Functional ops (no parameters). Each op has a naive reference for tests."""
 from .elfatt import block_attention, effatt
+from .infsa import linear_infsa, pure_infsa
 from .token_shift import quad_token_shift
 from .wkv import bi_wkv, register_wkv_backend
 
 __all__ = [
     'bi_wkv', 'register_wkv_backend', 'quad_token_shift', 'block_attention',
-    'effatt'
+    'effatt', 'pure_infsa', 'linear_infsa'
 ]
