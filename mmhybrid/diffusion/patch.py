@@ -1,0 +1,105 @@
+"""``apply_patch`` / ``remove_patch`` for diffusers Stable Diffusion UNets."""
+from .processor import ToMeElfattProcessor
+from .step_tracker import StepTracker
+
+_PATCH_ATTR = '_mmhybrid_elfatt_patch'
+
+
+def _unet(pipe_or_unet):
+    return getattr(pipe_or_unet, 'unet', pipe_or_unet)
+
+
+def _is_patchable(name, attn):
+    """Self-attention of a transformer block whose processor output is the plain
+    attention (no residual, norm or rescale inside), as attn1 of SD 1.x/2.x."""
+    return (name.endswith('attn1.processor') and not attn.is_cross_attention
+            and attn.group_norm is None and attn.spatial_norm is None
+            and not attn.residual_connection and attn.rescale_output_factor == 1.0)
+
+
+def apply_patch(pipe_or_unet, ratio=0.5, elfatt_steps=0.2, block_size=128,
+                agent_tokens=None, mode='elfatt', max_downsample=1, stride=(2, 2),
+                use_rand=True, seed=0, scheduler=None):
+    """Patch the self-attention of a Stable Diffusion UNet with ELFATT-SD.
+
+    ToMe-SD token merging runs at every step; during the first ``elfatt_steps``
+    of the scheduler's steps attention is ELFATT-SD (Eq. 18/19). Cross-attention
+    is untouched. Processors are swapped with ``set_attn_processor``; applying
+    twice replaces the first patch.
+
+    Args:
+        pipe_or_unet: a diffusers pipeline with ``.unet`` (and ``.scheduler``),
+            or a ``UNet2DConditionModel``.
+        ratio (float): fraction of tokens merged away (at most
+            ``1 - 1 / (sy * sx)`` takes effect); 0 turns merging off.
+        elfatt_steps (float): fraction of the denoising steps, from the first,
+            that use ELFATT-SD; 0 gives plain ToMe-SD.
+        block_size (int): tokens per block of the local heads.
+        agent_tokens (int, optional): agents of the global heads; None gives
+            one per 2x2 window of the latent grid (Agent-SD's count).
+        mode (str): ``'elfatt'`` (half the heads global, half local) or
+            ``'agent'`` (every head agent attention, Agent-SD style).
+        max_downsample (int): patch layers whose grid is at most this many times
+            smaller than the latent (1: the full-resolution blocks only).
+        stride (tuple): (sy, sx) ToMe window holding one dst token.
+        use_rand (bool): random dst position per window (else top-left).
+        seed (int): base seed of the random dst choice.
+        scheduler: scheduler whose ``timesteps`` the steps are counted in; taken
+            from the pipeline (at every call) when None. Needed when
+            ``elfatt_steps > 0`` and a bare UNet is patched.
+    Returns:
+        ``pipe_or_unet``.
+    """
+    if not 0 <= ratio < 1:
+        raise ValueError(f'ratio must be in [0, 1), got {ratio}')
+    if not 0 <= elfatt_steps <= 1:
+        raise ValueError(f'elfatt_steps must be in [0, 1], got {elfatt_steps}')
+    if block_size < 1:
+        raise ValueError(f'block_size must be >= 1, got {block_size}')
+    if mode not in ('elfatt', 'agent'):
+        raise ValueError(f"mode must be 'elfatt' or 'agent', got {mode!r}")
+    if scheduler is not None:
+        def get_scheduler():
+            return scheduler
+    elif hasattr(pipe_or_unet, 'scheduler'):
+        def get_scheduler():
+            return pipe_or_unet.scheduler
+    elif elfatt_steps > 0:
+        raise ValueError('elfatt_steps > 0 needs the denoising schedule: patch the '
+                         'pipeline or pass scheduler=')
+    else:
+        get_scheduler = None
+    remove_patch(pipe_or_unet)
+    unet = _unet(pipe_or_unet)
+    tracker = StepTracker(elfatt_steps, get_scheduler, seed)
+    originals = unet.attn_processors
+    patched = {}
+    for name, processor in originals.items():
+        attn = unet.get_submodule(name[:-len('.processor')])
+        if _is_patchable(name, attn):
+            processor = ToMeElfattProcessor(processor, tracker, ratio, mode, block_size,
+                                            agent_tokens, max_downsample, tuple(stride),
+                                            use_rand)
+        patched[name] = processor
+    unet.set_attn_processor(patched)
+    hook = unet.register_forward_pre_hook(tracker, with_kwargs=True)
+    setattr(unet, _PATCH_ATTR, (originals, hook))
+    return pipe_or_unet
+
+
+def remove_patch(pipe_or_unet):
+    """Undo :func:`apply_patch`: our processors go back to the exact original
+    objects (processors set by someone else since are kept); no-op if unpatched."""
+    unet = _unet(pipe_or_unet)
+    patch = getattr(unet, _PATCH_ATTR, None)
+    if patch is None:
+        return pipe_or_unet
+    originals, hook = patch
+    current = unet.attn_processors
+    unet.set_attn_processor({
+        name: originals[name] if isinstance(processor, ToMeElfattProcessor) else processor
+        for name, processor in current.items()
+    })
+    hook.remove()
+    delattr(unet, _PATCH_ATTR)
+    return pipe_or_unet

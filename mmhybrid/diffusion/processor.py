@@ -1,0 +1,89 @@
+"""A diffusers attention processor: ToMe-SD merging + ELFATT-SD early steps."""
+import math
+
+from ..ops.agent import agent_grid, pool_agent_tokens
+from ..ops.tome import bipartite_soft_matching, merge_tokens, random_dst_mask, unmerge_tokens
+from .elfatt_sd import elfatt_sd_attention
+
+
+class ToMeElfattProcessor:
+    """Self-attention processor of ELFATT-SD (ELFATT Appendix H).
+
+    On layers whose grid is at most ``max_downsample`` times smaller than the
+    latent, the attention input is merged by ToMe bipartite soft matching
+    (``ratio`` of the tokens removed, similarity of the attention input itself),
+    attended, and unmerged (ToMe-SD's merge-attention). During the steps the
+    :class:`StepTracker` marks, attention is ELFATT-SD (``mode='elfatt'``,
+    Eq. 18/19) or agent attention in every head (``mode='agent'``, Agent-SD);
+    otherwise the wrapped original processor attends the merged tokens. Agents
+    are the average-pooled queries of the full-resolution grid (pooled inputs
+    projected by ``to_q``, which is linear, so the same thing).
+
+    Calls it does not change (other layers, masks, ratio 0 outside ELFATT
+    steps) go to ``original`` untouched, so outputs stay bit-identical there.
+    """
+
+    def __init__(self, original, tracker, ratio, mode, block_size, agent_tokens,
+                 max_downsample, stride, use_rand):
+        self.original = original
+        self.tracker = tracker
+        self.ratio = ratio
+        self.mode = mode
+        self.block_size = block_size
+        self.agent_tokens = agent_tokens
+        self.max_downsample = max_downsample
+        self.stride = stride
+        self.use_rand = use_rand
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None,
+                 attention_mask=None, temb=None, *args, **kwargs):
+        def original(x):
+            return self.original(attn, x, encoder_hidden_states, attention_mask, temb,
+                                 *args, **kwargs)
+
+        hw = self._grid(hidden_states)
+        if hw is None or encoder_hidden_states is not None or attention_mask is not None:
+            return original(hidden_states)
+        r = int(hidden_states.shape[1] * self.ratio)
+        elfatt = self.tracker.elfatt_active
+        if r == 0 and not elfatt:
+            return original(hidden_states)
+        x = hidden_states
+        if r > 0:
+            generator = self.tracker.generator if self.use_rand else None
+            dst_mask = random_dst_mask(hw, self.stride, generator)
+            slot, num_slots = bipartite_soft_matching(x, dst_mask, r)
+            x = merge_tokens(x, slot, num_slots)
+        out = self._elfatt(attn, x, hidden_states, hw) if elfatt else original(x)
+        return unmerge_tokens(out, slot) if r > 0 else out
+
+    def _grid(self, hidden_states):
+        """(h, w) of a layer's tokens if this layer is patched, else None."""
+        if hidden_states.ndim != 3 or self.tracker.latent_hw is None:
+            return None
+        H, W = self.tracker.latent_hw
+        N = hidden_states.shape[1]
+        downsample = math.ceil(math.sqrt(H * W / N))
+        hw = (math.ceil(H / downsample), math.ceil(W / downsample))
+        if downsample > self.max_downsample or hw[0] * hw[1] != N:
+            return None
+        return hw
+
+    def _elfatt(self, attn, x, full, hw):
+        """to_out(attention(to_q x, to_k x, to_v x)) with ELFATT-SD or agent heads."""
+        heads = attn.heads
+
+        def split_heads(t):
+            return t.unflatten(-1, (heads, -1)).transpose(1, 2)
+
+        q, k, v = split_heads(attn.to_q(x)), split_heads(attn.to_k(x)), split_heads(attn.to_v(x))
+        agents = split_heads(attn.to_q(pool_agent_tokens(full, hw, agent_grid(hw, self.agent_tokens))))
+        if attn.norm_q is not None:
+            q, agents = attn.norm_q(q), attn.norm_q(agents)
+        if attn.norm_k is not None:
+            k = attn.norm_k(k)
+        global_heads = heads if self.mode == 'agent' else heads // 2
+        out = elfatt_sd_attention(q, k, v, agents[:, :global_heads], self.block_size,
+                                  global_heads, scale=attn.scale)
+        out = out.transpose(1, 2).flatten(2).to(q.dtype)
+        return attn.to_out[1](attn.to_out[0](out))

@@ -1,0 +1,55 @@
+"""Which denoising step a UNet call belongs to, read from the pipeline's scheduler."""
+import math
+
+import torch
+
+
+class StepTracker:
+    """A UNet forward pre-hook recording, for the call about to run: the latent
+    size (to map a layer's token count back to its grid), the denoising step
+    index, whether ELFATT is on, and a ToMe generator seeded from the timestep.
+
+    The step index is the position of the call's timestep in
+    ``scheduler.timesteps`` (the nearest one), so it follows any number of
+    inference steps, classifier-free guidance batches or separate cond/uncond
+    calls, and a scheduler swapped on the pipeline after patching. ELFATT is on
+    for the first ``round(elfatt_steps * len(timesteps))`` steps.
+
+    Args:
+        elfatt_steps (float): fraction of the denoising steps that use ELFATT.
+        get_scheduler (callable): returns the scheduler in use (or None when
+            ``elfatt_steps`` is 0).
+        seed (int): base seed of the ToMe dst choice; the generator is re-seeded
+            at every call from ``seed`` and the timestep, so cond and uncond
+            passes of one step (and repeated runs) merge alike.
+    """
+
+    def __init__(self, elfatt_steps, get_scheduler, seed=0):
+        self.elfatt_steps = elfatt_steps
+        self.get_scheduler = get_scheduler
+        self.seed = seed
+        self.generator = torch.Generator()
+        self.latent_hw = None
+        self.step_index = None
+        self.num_steps = None
+        self.elfatt_active = False
+
+    def __call__(self, module, args, kwargs):
+        sample = args[0] if args else kwargs['sample']
+        timestep = args[1] if len(args) > 1 else kwargs['timestep']
+        t = float(torch.as_tensor(timestep).flatten()[0])
+        self.latent_hw = tuple(sample.shape[-2:])
+        self.generator.manual_seed(self.seed + round(t * 1000))
+        if self.elfatt_steps <= 0:
+            self.elfatt_active = False
+            return None
+        timesteps = self.get_scheduler().timesteps
+        if timesteps is None:
+            raise RuntimeError('scheduler.timesteps is not set: call '
+                               'scheduler.set_timesteps() before the UNet')
+        distance = (timesteps.detach().to('cpu', torch.float64) - t).abs()
+        self.step_index = int(distance.argmin())
+        self.num_steps = len(timesteps)
+        num_elfatt = math.floor(self.elfatt_steps * self.num_steps + 0.5)
+        self.elfatt_active = self.step_index < num_elfatt
+        return None
