@@ -1,0 +1,20 @@
+# Mask R-CNN + SoLA-Vision on COCO 2017, 1x (paper Sec. 5.2). Variants set
+# arch, drop path and the neck in_channels. Fine-tune from your ImageNet-1K
+# weights with --cfg-options model.backbone.init_cfg.type=Pretrained
+# model.backbone.init_cfg.checkpoint=<in1k checkpoint>
+_base_ = ['../../_base_/recipes/mask-rcnn_fpn_coco_1x.py']
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='mmhybrid.SoLAVision',
+        out_indices=(0, 1, 2, 3),
+        with_hsb=True,
+        with_cp=False))
+
+optim_wrapper = dict(
+    paramwise_cfg=dict(
+        custom_keys={
+            'attn.spatial_decay': dict(decay_mult=0.),
+            'attn.spatial_first': dict(decay_mult=0.),
+        }))

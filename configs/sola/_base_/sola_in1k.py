@@ -1,0 +1,19 @@
+# SoLA-Vision ImageNet-1K classification (paper Sec. 5.1, Swin recipe): the
+# last stage's map, global average pooling and a linear head. Variants set
+# arch, drop path and the head in_channels.
+_base_ = ['../../_base_/recipes/in1k_swin_300e.py']
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='mmhybrid.SoLAVision',
+        out_indices=(3, ),
+        with_hsb=True,
+        with_cp=False))
+
+optim_wrapper = dict(
+    paramwise_cfg=dict(
+        custom_keys={
+            'attn.spatial_decay': dict(decay_mult=0.),
+            'attn.spatial_first': dict(decay_mult=0.),
+        }))

@@ -1,0 +1,22 @@
+# UPerNet + SoLA-Vision on ADE20K (paper Sec. 5.2). Variants set arch, drop
+# path and the head in_channels. Fine-tune from your ImageNet-1K weights
+# (configs/sola/sola-*_in1k.py) with
+#   --cfg-options model.backbone.init_cfg.type=Pretrained \
+#                 model.backbone.init_cfg.checkpoint=<in1k checkpoint>
+_base_ = ['../../_base_/recipes/upernet_ade20k_160k.py']
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='mmhybrid.SoLAVision',
+        out_indices=(0, 1, 2, 3),
+        with_hsb=True,
+        with_cp=False))
+
+# w (spatial_decay) and u (spatial_first) of the WKV layers: no weight decay
+optim_wrapper = dict(
+    paramwise_cfg=dict(
+        custom_keys={
+            'attn.spatial_decay': dict(decay_mult=0.),
+            'attn.spatial_first': dict(decay_mult=0.),
+        }))

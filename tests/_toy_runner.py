@@ -1,0 +1,95 @@
+"""Configs on the toy datasets with shrunken inputs, for one-iteration tests.
+
+The model architecture of a config is kept; only input sizes (pipelines,
+``data_preprocessor.size``, sliding-window test crops), batch sizes, the
+dataset length and the schedule are reduced.
+"""
+import os.path as osp
+
+from mmhybrid.utils import load_config, set_data_root
+
+# input short side each task is shrunk to, and the toy set it reads
+TARGET_SIZE = {'mmseg': 64, 'mmdet': 128, 'mmpretrain': 64}
+TOY_SET = {'mmseg': 'ade', 'mmdet': 'coco', 'mmpretrain': 'imagenet'}
+SIZE_KEYS = ('scale', 'crop_size', 'scales')
+
+
+def _scaled(value, factor):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_scaled(v, factor) for v in value)
+    if isinstance(value, int):
+        return max(int(round(value * factor)), 1)
+    return value
+
+
+def _short_sides(value):
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(v, int) for v in value):
+            return [min(value)]
+        return [s for v in value for s in _short_sides(v)]
+    return []
+
+
+def _datasets(dataset):
+    """A dataset config and the datasets wrapped inside it."""
+    yield dataset
+    for key in ('dataset', 'datasets'):
+        inner = dataset.get(key)
+        for d in (inner if isinstance(inner, list) else [inner]):
+            if isinstance(d, dict):
+                yield from _datasets(d)
+
+
+def shrink_inputs(cfg, target):
+    """Scale every input size so the train pipeline's short side is ``target``."""
+    train = [t for d in _datasets(cfg.train_dataloader.dataset)
+             for t in d.get('pipeline', [])]
+    ref = min(s for t in train for k in SIZE_KEYS
+              for s in _short_sides(t.get(k)))
+    factor = min(target / ref, 1.)
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        for d in _datasets(cfg[loader].dataset):
+            for t in d.get('pipeline', []):
+                for k in SIZE_KEYS:
+                    if k in t:
+                        t[k] = _scaled(t[k], factor)
+    model = cfg.model
+    if model.get('data_preprocessor', {}).get('size') is not None:
+        model.data_preprocessor.size = _scaled(model.data_preprocessor.size,
+                                               factor)
+    for k in ('crop_size', 'stride'):
+        if isinstance(model.get('test_cfg'), dict) and k in model.test_cfg:
+            model.test_cfg[k] = _scaled(model.test_cfg[k], factor)
+    return cfg
+
+
+def toy_config(path, toy_data, work_dir, iters=1, batch_size=2):
+    """``path`` on the toy data, shrunk, training ``iters`` iterations of
+    ``batch_size`` images (the same ``batch_size`` images every epoch).
+
+    Validation is left to an explicit ``runner.val()`` on one image.
+    """
+    cfg = load_config(str(path), work_dir=str(work_dir))
+    scope = cfg.default_scope
+    set_data_root(cfg, toy_data[TOY_SET[scope]])
+    shrink_inputs(cfg, TARGET_SIZE[scope])
+    for loader, n in (('train_dataloader', batch_size),
+                      ('val_dataloader', 1), ('test_dataloader', 1)):
+        cfg[loader].update(num_workers=0, persistent_workers=False,
+                           batch_size=n)
+        cfg[loader].dataset.indices = n
+    if cfg.train_cfg.get('type') == 'IterBasedTrainLoop' or not cfg.train_cfg.get(
+            'by_epoch', True):
+        cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters,
+                             val_interval=10**6)
+    else:
+        cfg.train_cfg = dict(by_epoch=True, max_epochs=iters,
+                             val_interval=10**6)
+    cfg.default_hooks.checkpoint = None
+    cfg.default_hooks.logger.interval = 1
+    cfg.visualizer.name = f'visualizer_{osp.basename(str(work_dir))}'
+    cfg.randomness = dict(seed=0)
+    cfg.log_level = 'WARNING'
+    return cfg

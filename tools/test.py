@@ -1,0 +1,52 @@
+"""Evaluate a checkpoint with any mmseg, mmdet or mmpretrain config.
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--cfg-options ...]
+
+CHECKPOINT is your own file (e.g. a full training checkpoint with optimizer
+state), so it is loaded with full unpickling inside
+``mmhybrid.utils.trusted_checkpoints()``; do not pass files you did not make.
+"""
+import argparse
+import os
+
+from mmengine.config import DictAction
+
+import mmhybrid  # noqa: F401  registers our models, fixes checkpoint loading
+from mmhybrid.utils import build_runner, load_config, trusted_checkpoints
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description='Test (and eval) a model')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file (trusted)')
+    parser.add_argument('--work-dir', help='where metrics and logs go')
+    parser.add_argument(
+        '--amp', action='store_true', help='test with fp16/bf16 autocast')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override config entries, e.g. data_root=data/ade')
+    parser.add_argument(
+        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def main():
+    args = parse_args()
+    cfg = load_config(args.config, args.cfg_options, args.work_dir,
+                      args.launcher)
+    cfg.load_from = args.checkpoint
+    cfg.resume = False
+    if args.amp:
+        cfg.test_cfg.fp16 = True
+    runner = build_runner(cfg)
+    with trusted_checkpoints():
+        metrics = runner.test()
+    return metrics
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,68 @@
+"""Train from any mmseg, mmdet or mmpretrain config (upstream's tools/train.py).
+
+    python tools/train.py configs/sola/upernet_sola-t_ade20k.py \
+        [--work-dir DIR] [--resume [CKPT]] [--amp] [--cfg-options k=v ...]
+
+``--cfg-options data_root=PATH`` moves every dataloader and evaluator to PATH.
+"""
+import argparse
+import os
+
+from mmengine.config import DictAction
+
+import mmhybrid  # noqa: F401  registers our models, fixes checkpoint loading
+from mmhybrid.utils import build_runner, load_config
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description='Train a model')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='where logs and checkpoints go')
+    parser.add_argument(
+        '--resume', nargs='?', type=str, const='auto',
+        help='resume from the given checkpoint, or from the latest one in '
+        'the work dir when no path is given')
+    parser.add_argument(
+        '--amp', action='store_true',
+        help='automatic mixed precision (AmpOptimWrapper, dynamic loss scale)')
+    parser.add_argument(
+        '--auto-scale-lr', action='store_true',
+        help='scale the learning rate by the actual total batch size')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override config entries, e.g. data_root=data/ade '
+        'train_dataloader.batch_size=4')
+    parser.add_argument(
+        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def main():
+    args = parse_args()
+    cfg = load_config(args.config, args.cfg_options, args.work_dir,
+                      args.launcher)
+    if args.amp:
+        if cfg.optim_wrapper.get('type', 'OptimWrapper') not in (
+                'OptimWrapper', 'AmpOptimWrapper'):
+            raise ValueError('--amp needs an OptimWrapper, the config uses '
+                             f'{cfg.optim_wrapper.type}')
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if args.auto_scale_lr:
+        if 'auto_scale_lr' not in cfg:
+            raise ValueError('the config has no auto_scale_lr.base_batch_size')
+        cfg.auto_scale_lr.enable = True
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume is not None:
+        cfg.resume, cfg.load_from = True, args.resume
+
+    build_runner(cfg).train()
+
+
+if __name__ == '__main__':
+    main()
