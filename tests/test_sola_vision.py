@@ -1,0 +1,300 @@
+"""SoLA-Vision backbone: Table 7 spec, HSB, standard OpenMMLab backbone behaviour."""
+import subprocess
+import sys
+
+import pytest
+import torch
+from mmengine.logging import MMLogger
+from mmengine.registry import DefaultScope
+
+import mmhybrid  # noqa: F401
+from mmhybrid.layers import HiddenStateBridge, SoftmaxLayer, WKVLayer
+from mmhybrid.layers.hidden_state_bridge import equidistant_sample
+from mmhybrid.models.backbones import SoLAVision
+from mmhybrid.registry import MODELS
+
+T_ROUTES = (((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2)))
+TINY = dict(embed_dims=(16, 16, 32, 32), schedule='LL/LL/LLSLLS/LS',
+            hsb_routes=T_ROUTES)
+
+
+def tiny(**kwargs):
+    kwargs.setdefault('head_dim', 16)
+    model = SoLAVision(arch=TINY, **kwargs)
+    model.init_weights()
+    return model
+
+
+def count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+# Table 7 (backbone only, HSB included, millions)
+@pytest.mark.parametrize('arch,paper', [('t', 6.59), ('s', 30.69), ('b', 88.26)])
+def test_params_match_table7(arch, paper):
+    params = count(SoLAVision(arch=arch)) / 1e6
+    print(f'SoLA-{arch.upper()}: {params:.2f}M params (Table 7: {paper}M, '
+          f'{100 * (params / paper - 1):+.1f}%)')
+    assert abs(params / paper - 1) < 0.03
+
+
+def test_schedules_and_routes_of_table7():
+    for arch, n_soft in (('t', 3), ('s', 3), ('b', 6)):
+        model = SoLAVision(arch=arch)
+        assert sum(isinstance(m, SoftmaxLayer) for m in model.modules()) == n_soft
+        assert len(model.bridges) == (6 if arch == 'b' else 3)
+        for key in model.bridges:  # every bridge ends at a softmax layer
+            s, l = map(int, key.split('.'))
+            assert isinstance(model.stages[s - 1][l - 1], SoftmaxLayer)
+    assert SoLAVision(arch='b').schedule == 'LL/LL/LLLSLLSLLSLLSLLS/LS'
+
+
+@pytest.mark.parametrize('hw', [(64, 64), (97, 131), (33, 40), (224, 160)])
+def test_output_shapes_any_size(hw):
+    model = tiny().eval()
+    with torch.no_grad():
+        outs = model(torch.randn(2, 3, *hw))
+    assert len(outs) == 4
+    h, w = hw
+    for i, (out, dims) in enumerate(zip(outs, TINY['embed_dims'])):
+        stride = 4 * 2**i
+        assert out.shape == (2, dims, -(-h // stride), -(-w // stride))
+        assert torch.isfinite(out).all()
+
+
+def test_real_arch_odd_size_and_out_indices():
+    model = SoLAVision(arch='t', out_indices=(1, 3)).eval()
+    model.init_weights()
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, 75, 101))
+    assert [o.shape for o in outs] == [(1, 128, 10, 13), (1, 256, 3, 4)]
+    assert not hasattr(model, 'norm0') and hasattr(model, 'norm3')
+
+
+def test_hidden_state_bridge_on_off():
+    x = torch.randn(1, 3, 64, 64)
+    on, off = tiny(), tiny(with_hsb=False)
+    assert len(off.bridges) == 0
+    bridge_params = sum(count(b) for b in on.bridges.values())
+    assert count(on) - count(off) == bridge_params > 0
+    off.load_state_dict(on.state_dict(), strict=False)
+    assert not torch.allclose(on(x)[3], off(x)[3])
+    on(x)[3].sum().backward()
+    for bridge in on.bridges.values():
+        assert bridge.proj.weight.grad.abs().sum() > 0
+        assert bridge.gate.weight.grad.abs().sum() > 0
+
+
+def test_bridge_receives_the_wkv_state_of_its_source(monkeypatch):
+    model = tiny().eval()
+    seen = {}
+
+    def spy(self, x, hw_shape, hidden, hidden_hw):
+        seen.setdefault(id(self), (hidden.shape, tuple(hidden_hw), tuple(hw_shape)))
+        return HiddenStateBridge.__dict__['forward'](self, x, hw_shape, hidden,
+                                                     hidden_hw)
+
+    monkeypatch.setattr(HiddenStateBridge, 'forward', spy)
+    with torch.no_grad():
+        model(torch.randn(1, 3, 64, 64))
+    shapes = [seen[id(model.bridges[k])] for k in ('3.3', '3.6', '4.2')]
+    # (1,2) state at 16x16 -> stage 3 at 4x4; (2,2) 8x8 -> 4x4; (3,2) 4x4 -> 2x2
+    assert shapes == [((1, 256, 16), (16, 16), (4, 4)),
+                      ((1, 64, 16), (8, 8), (4, 4)),
+                      ((1, 16, 32), (4, 4), (2, 2))]
+
+
+def test_equidistant_sample_picks_cell_centres():
+    tokens = torch.arange(16.).view(1, 16, 1)  # a 4x4 map
+    out = equidistant_sample(tokens, (4, 4), (2, 2)).flatten().tolist()
+    assert out == [5., 7., 13., 15.]
+    same = equidistant_sample(tokens, (4, 4), (4, 4))
+    assert torch.equal(same, tokens)
+    odd = equidistant_sample(torch.arange(35.).view(1, 35, 1), (5, 7), (3, 4))
+    assert odd.shape == (1, 12, 1)
+
+
+def test_custom_schedule_and_errors():
+    model = SoLAVision(arch=TINY, schedule='LS/SL/SSS/L', with_hsb=False,
+                       head_dim=16)
+    kinds = [[type(m).__name__[0] for m in s] for s in model.stages]
+    assert kinds == [['W', 'S'], ['S', 'W'], ['S', 'S', 'S'], ['W']]
+    with pytest.raises(ValueError, match='unknown layer letters'):
+        SoLAVision(arch=TINY, schedule='LL/LX/LL/LS')
+    with pytest.raises(ValueError, match='3 stages'):
+        SoLAVision(arch=TINY, schedule='LL/LL/LS')
+    with pytest.raises(ValueError, match="must be an 'S'"):
+        SoLAVision(arch=TINY, hsb_routes=[((1, 2), (3, 1))])
+    with pytest.raises(ValueError, match='outside the schedule'):
+        SoLAVision(arch=TINY, hsb_routes=[((1, 3), (3, 3))])
+    with pytest.raises(KeyError, match='unknown SoLAVision arch'):
+        SoLAVision(arch='xl')
+    with pytest.raises(ValueError, match=r'\(B, C, H, W\)'):
+        tiny()(torch.randn(3, 32, 32))
+
+
+def test_frozen_stages_stay_fixed():
+    model = tiny(frozen_stages=2)
+    model.train()
+    frozen = [model.patch_embed, model.stages[0], model.stages[1],
+              model.downsamples[0], model.norm0, model.norm1]
+    assert not model.pos_embed.requires_grad
+    for m in frozen:
+        assert not m.training
+        assert all(not p.requires_grad for p in m.parameters())
+    assert model.stages[2].training
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    optim = torch.optim.SGD([p for p in model.parameters() if p.requires_grad],
+                            lr=0.1)
+    sum(o.mean() for o in model(torch.randn(2, 3, 64, 64))).backward()
+    optim.step()
+    after = model.state_dict()
+    for k in before:
+        changed = not torch.equal(before[k], after[k])
+        is_frozen = k.startswith(('patch_embed', 'pos_embed', 'stages.0.',
+                                  'stages.1.', 'downsamples.0.', 'norm0',
+                                  'norm1'))
+        if is_frozen:
+            assert not changed, k
+    assert not torch.equal(before['stages.2.0.attn.key.weight'],
+                           after['stages.2.0.attn.key.weight'])
+    with pytest.raises(ValueError, match='frozen_stages'):
+        tiny(frozen_stages=5)
+
+
+def test_with_cp_matches_plain():
+    plain = tiny(drop_path_rate=0.)
+    cp = tiny(drop_path_rate=0., with_cp=True)
+    cp.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 3, 48, 80)
+    grads = []
+    for model in (plain, cp):
+        model.train()
+        model.zero_grad()
+        outs = model(x)
+        sum(o.square().mean() for o in outs).backward()
+        grads.append(model.stages[2][2].attn.qkv.weight.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_autocast_bfloat16():
+    model = tiny().eval()
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        outs = model(torch.randn(1, 3, 64, 96))
+    assert all(torch.isfinite(o.float()).all() for o in outs)
+
+
+def test_pretrained_from_classifier_checkpoint(tmp_path):
+    """mmpretrain classifier checkpoint -> init_cfg Pretrained (prefix, pos-embed)."""
+    from mmpretrain.registry import MODELS as PRETRAIN_MODELS
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        classifier = PRETRAIN_MODELS.build(dict(
+            type='ImageClassifier',
+            backbone=dict(type='mmhybrid.SoLAVision', arch=TINY, head_dim=16,
+                          out_indices=(3, )),
+            neck=dict(type='GlobalAveragePooling'),
+            head=dict(type='LinearClsHead', num_classes=10, in_channels=32)))
+    classifier.init_weights()
+    path = tmp_path / 'cls.pth'
+    torch.save({'state_dict': classifier.state_dict(), 'meta': {}}, path)
+
+    logger = MMLogger.get_instance('test_pretrained')
+    for prefix in (None, 'backbone'):  # auto-detected and explicit
+        model = SoLAVision(arch=TINY, head_dim=16, pretrain_img_size=96,
+                           init_cfg=dict(type='Pretrained', checkpoint=str(path),
+                                         prefix=prefix))
+        model.init_weights()
+        src = classifier.backbone.state_dict()
+        own = model.state_dict()
+        for k, v in own.items():
+            if k == 'pos_embed':
+                assert v.shape == (1, 24 * 24, 16) != src[k].shape
+            elif k in src:
+                assert torch.equal(v, src[k]), k
+        # out_indices differ: norm0..2 are missing from the checkpoint
+        missing = [k for k in own if k not in src]
+        assert missing and all(k.startswith('norm') for k in missing)
+    del logger
+
+
+def test_pretrained_reports_missing_and_unexpected(tmp_path, capsys):
+    from mmhybrid.models.utils import load_pretrained
+    model = tiny()
+    state = model.state_dict()
+    state['extra.weight'] = torch.zeros(1)
+    del state['norm3.weight']
+    path = tmp_path / 'bare.pth'
+    torch.save(state, path)
+    missing, unexpected = load_pretrained(tiny(), str(path))
+    assert missing == ['norm3.weight'] and unexpected == ['extra.weight']
+
+
+MODEL_CFGS = {
+    'mmseg': dict(
+        type='EncoderDecoder',
+        data_preprocessor=dict(type='SegDataPreProcessor', size=(64, 64)),
+        decode_head=dict(type='UPerHead', in_channels=[16, 16, 32, 32],
+                         in_index=[0, 1, 2, 3], channels=16, num_classes=5,
+                         pool_scales=(1, 2)),
+    ),
+    'mmdet': dict(
+        type='RetinaNet',
+        data_preprocessor=dict(type='DetDataPreprocessor'),
+        neck=dict(type='FPN', in_channels=[16, 16, 32, 32], out_channels=16,
+                  num_outs=5),
+        bbox_head=dict(
+            type='RetinaHead', num_classes=3, in_channels=16, feat_channels=16,
+            anchor_generator=dict(type='AnchorGenerator', octave_base_scale=4,
+                                  scales_per_octave=3, ratios=[0.5, 1.0, 2.0],
+                                  strides=[8, 16, 32, 64, 128]),
+            bbox_coder=dict(type='DeltaXYWHBBoxCoder'),
+            loss_cls=dict(type='FocalLoss', use_sigmoid=True),
+            loss_bbox=dict(type='L1Loss'))),
+    'mmpretrain': dict(
+        type='ImageClassifier',
+        neck=dict(type='GlobalAveragePooling'),
+        head=dict(type='LinearClsHead', num_classes=10, in_channels=32)),
+}
+
+
+@pytest.mark.parametrize('scope', ['mmseg', 'mmdet', 'mmpretrain'])
+@pytest.mark.parametrize('name', ['SoLAVision', 'mmhybrid.SoLAVision'])
+def test_builds_from_downstream_registries(scope, name):
+    import importlib
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    importlib.import_module(f'{scope}.models')
+    cfg = dict(MODEL_CFGS[scope])
+    out_indices = (3, ) if scope == 'mmpretrain' else (0, 1, 2, 3)
+    cfg['backbone'] = dict(type=name, arch=TINY, head_dim=16,
+                           out_indices=out_indices)
+    with DefaultScope.overwrite_default_scope(scope):
+        model = registry.build(cfg)
+    assert isinstance(model.backbone, SoLAVision)
+    feats = model.extract_feat(torch.randn(1, 3, 64, 64))
+    assert torch.isfinite(feats[-1]).all()
+
+
+def test_scoped_type_needs_no_import():
+    """A fresh interpreter that never imported mmhybrid resolves 'mmhybrid.X'."""
+    code = (
+        'import sys\n'
+        'from mmengine.registry import DefaultScope\n'
+        'from mmseg.registry import MODELS\n'
+        'import mmseg.models\n'
+        'assert "mmhybrid" not in sys.modules\n'
+        'with DefaultScope.overwrite_default_scope("mmseg"):\n'
+        '    m = MODELS.build(dict(type="mmhybrid.SoLAVision", arch="t"))\n'
+        'print(type(m).__module__)\n')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert 'mmhybrid.models.backbones.sola_vision' in out.stdout
+
+
+def test_layers_build_through_registry_helper():
+    from mmhybrid.registry import build_model
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        model = build_model(dict(type='SoLAVision', arch=TINY, head_dim=16))
+    assert isinstance(model, SoLAVision)
+    assert MODELS.get('SoLAVision') is SoLAVision
+    assert isinstance(model.stages[0][0], WKVLayer)
