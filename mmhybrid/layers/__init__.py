@@ -1,11 +1,19 @@
 """Modules (with parameters) shared by the backbones."""
+from .attention_block import AttentionBlock
+from .attention_plan import PRESET_PLANS, parse_attention_plan
+from .conv_merging import ConvMerging
+from .elfatt_attention import ELFATTAttention, split_elfatt_heads
 from .hidden_state_bridge import HiddenStateBridge, equidistant_sample
+from .image_attention import GlobalAttention, ImageAttention
 from .layer_scale import LayerScale
 from .softmax_layer import ConvMlp, MultiheadSelfAttention, SoftmaxLayer
+from .window_attention import CrossShapedWindowAttention, ShiftedWindowAttention
 from .wkv_layer import ChannelMix, SpatialMix, WKVLayer
 
 __all__ = [
     'HiddenStateBridge', 'equidistant_sample', 'LayerScale', 'ConvMlp',
     'MultiheadSelfAttention', 'SoftmaxLayer', 'ChannelMix', 'SpatialMix',
-    'WKVLayer'
+    'WKVLayer', 'AttentionBlock', 'PRESET_PLANS', 'parse_attention_plan',
+    'ConvMerging', 'ELFATTAttention', 'split_elfatt_heads', 'GlobalAttention',
+    'ImageAttention', 'CrossShapedWindowAttention', 'ShiftedWindowAttention'
 ]

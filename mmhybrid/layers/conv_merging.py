@@ -1,0 +1,19 @@
+"""CSWin's merge block: a 3x3 stride-2 convolution then LayerNorm."""
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+
+
+class ConvMerging(nn.Module):
+    """(B, H*W, C_in) -> (B, ceil(H/2)*ceil(W/2), C_out); same call as mmcv's
+    ``PatchMerging``: ``x, out_hw = merge(x, hw_shape)``."""
+
+    def __init__(self, in_channels, out_channels, norm_cfg=dict(type='LN')):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, 3, stride=2, padding=1)
+        self.norm = build_norm_layer(norm_cfg, out_channels)[1]
+
+    def forward(self, x, hw_shape):
+        B, _, C = x.shape
+        x = self.conv(x.transpose(1, 2).reshape(B, C, *hw_shape))
+        out_hw = x.shape[2:]
+        return self.norm(x.flatten(2).transpose(1, 2)), tuple(out_hw)

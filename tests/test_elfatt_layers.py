@@ -1,0 +1,163 @@
+"""ELFATT attention module, LOCAL window attentions and the attention-plan parser,
+each against a naive token-by-token reference."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mmhybrid.layers import (CrossShapedWindowAttention, ELFATTAttention,
+                             GlobalAttention, ShiftedWindowAttention,
+                             parse_attention_plan, split_elfatt_heads)
+from mmhybrid.ops.elfatt import naive_block_attention, naive_effatt
+
+
+# ----------------------------------------------------------------- plans
+def test_presets_and_compact_plans():
+    depths = [2, 2, 6, 2]
+    assert parse_attention_plan('elfatt', depths) == [
+        ['elfatt'] * 2, ['elfatt'] * 2, ['global', 'elfatt'] * 3, ['global'] * 2]
+    assert parse_attention_plan('local', depths) == [['local'] * d for d in depths]
+    assert parse_attention_plan('effatt', depths)[2] == ['global', 'effatt'] * 3
+    assert parse_attention_plan('E, G, GE ,L', depths) == parse_attention_plan(
+        ['elfatt', 'global', ['global', 'elfatt'], 'local'], depths)
+    # Table 6 rows: ELFATT in levels 1 / 1-2 / 1-3 / all.
+    assert parse_attention_plan('E,G,G,G', depths)[1] == ['global'] * 2
+    assert parse_attention_plan('E,E,E,E', depths)[3] == ['elfatt'] * 2
+
+
+@pytest.mark.parametrize('plan', ['E,E,GE', 'E,E,GX,G', ['elfatt', 'bogus', 'G', 'G'],
+                                  'nonsense'])
+def test_bad_plans_raise(plan):
+    with pytest.raises(ValueError):
+        parse_attention_plan(plan, [1, 1, 2, 1])
+
+
+def test_head_split_follows_eq8_and_eq9():
+    assert split_elfatt_heads(128, 4, 0.5) == ((2, 32), (2, 32))   # Eq. 9
+    assert split_elfatt_heads(96, 3, 0.5) == ((3, 16), (3, 16))    # Eq. 8
+    assert split_elfatt_heads(64, 2, 0.25) == ((2, 8), (2, 24))    # Table 7
+    assert split_elfatt_heads(128, 4, 0.75) == ((3, 32), (1, 32))
+    assert split_elfatt_heads(64, 2, 1.0) == ((2, 32), (0, 0))     # EFFATT
+    assert split_elfatt_heads(64, 2, 0.0) == ((0, 0), (2, 32))     # blockify only
+    with pytest.raises(ValueError):
+        split_elfatt_heads(64, 2, 1.5)
+
+
+# ------------------------------------------------------------- ELFATT module
+def _lepe(attn, v, hw):
+    B, N, C = v.shape
+    img = v.transpose(1, 2).reshape(B, C, *hw)
+    return F.conv2d(img, attn.lepe.weight, attn.lepe.bias, padding=1,
+                    groups=C).flatten(2).transpose(1, 2)
+
+
+def _heads(t, n):
+    return t.view(t.shape[0], t.shape[1], n, -1).transpose(1, 2)
+
+
+def _unheads(t):
+    return t.transpose(1, 2).flatten(2)
+
+
+@pytest.mark.parametrize('dims,heads,ratio,block', [(32, 4, 0.5, 8), (24, 3, 0.5, 5),
+                                                    (32, 2, 0.25, 16)])
+def test_elfatt_module_matches_eq11(dims, heads, ratio, block):
+    attn = ELFATTAttention(dims, heads, block_size=block, global_ratio=ratio).double()
+    hw = (5, 7)
+    x = torch.randn(2, 35, dims, dtype=torch.float64)
+    q, k, v = attn.qkv(x).chunk(3, dim=-1)
+    (hg, dg), (hl, dl) = split_elfatt_heads(dims, heads, ratio)
+    c1 = hg * dg
+    glob = naive_effatt(*(_heads(t[..., :c1], hg) for t in (q, k, v)))
+    loc = naive_block_attention(*(_heads(t[..., c1:], hl) for t in (q, k, v)), block)
+    expected = torch.cat([_unheads(glob), _unheads(loc)], -1) + _lepe(attn, v, hw)
+    torch.testing.assert_close(attn(x, hw), attn.proj(expected))
+
+
+def test_elfatt_extremes_are_effatt_and_global():
+    x = torch.randn(2, 30, 16, dtype=torch.float64)
+    hw = (5, 6)
+    full_block = ELFATTAttention(16, 2, block_size=64, global_ratio=0.).double()
+    vanilla = GlobalAttention(16, 2).double()
+    vanilla.load_state_dict(full_block.state_dict())
+    torch.testing.assert_close(full_block(x, hw), vanilla(x, hw))
+    eff = ELFATTAttention(16, 2, global_ratio=1.).double()
+    q, k, v = eff.qkv(x).chunk(3, dim=-1)
+    expected = _unheads(naive_effatt(*(_heads(t, 2) for t in (q, k, v))))
+    torch.testing.assert_close(eff(x, hw), eff.proj(expected + _lepe(eff, v, hw)))
+
+
+def test_lepe_switch_removes_conv():
+    attn = ELFATTAttention(16, 2, lepe=False)
+    assert attn.lepe is None and 'lepe' not in dict(attn.named_parameters())
+    assert attn(torch.randn(1, 12, 16), (3, 4)).shape == (1, 12, 16)
+
+
+# ------------------------------------------------------- LOCAL attentions
+def _naive_softmax(q, k, v, bias=None):
+    logits = q @ k.transpose(-2, -1) * q.shape[-1]**-0.5
+    if bias is not None:
+        logits = logits + bias
+    return logits.softmax(-1) @ v
+
+
+@pytest.mark.parametrize('hw,shift', [((8, 8), False), ((8, 8), True), ((6, 9), False),
+                                      ((6, 9), True), ((3, 2), True)])
+def test_shifted_window_attention_matches_token_loop(hw, shift):
+    ws, heads, C = 4, 2, 8
+    attn = ShiftedWindowAttention(C, heads, window_size=ws, shift=shift).double()
+    with torch.no_grad():
+        attn.relative_position_bias_table.normal_()
+    H, W = hw
+    x = torch.randn(1, H * W, C, dtype=torch.float64)
+    q, k, v = (_heads(t, heads)[0] for t in attn.qkv(x).chunk(3, dim=-1))
+    fits = H <= ws and W <= ws
+    s = ws // 2 if shift and not fits else 0
+    Hp, Wp = -(-H // ws) * ws, -(-W // ws) * ws
+    table = attn.relative_position_bias_table
+    out = torch.zeros(heads, H * W, C // heads, dtype=torch.float64)
+    for qi in range(H * W):
+        r, c = divmod(qi, W)
+        rr, cr = (r - s) % Hp, (c - s) % Wp  # position in the rolled frame
+        keys, bias = [], []
+        for ki in range(H * W):
+            r2, c2 = divmod(ki, W)
+            rr2, cr2 = (r2 - s) % Hp, (c2 - s) % Wp
+            same_window = rr // ws == rr2 // ws and cr // ws == cr2 // ws
+            # after the cyclic shift only tokens that were neighbours may meet
+            same_side = ((rr >= Hp - s) == (rr2 >= Hp - s)
+                         and (cr >= Wp - s) == (cr2 >= Wp - s)) if s else True
+            if same_window and same_side:
+                keys.append(ki)
+                dr, dc = rr % ws - rr2 % ws, cr % ws - cr2 % ws
+                bias.append(table[(dr + ws - 1) * (2 * ws - 1) + dc + ws - 1])
+        bias = torch.stack(bias, -1)[:, None, :]  # (heads, 1, keys)
+        out[:, qi] = _naive_softmax(q[:, qi:qi + 1], k[:, keys], v[:, keys], bias)[:, 0]
+    expected = attn.proj(_unheads(out[None]))
+    torch.testing.assert_close(attn(x, hw), expected)
+
+
+@pytest.mark.parametrize('hw,split', [((6, 6), 2), ((5, 7), 2), ((4, 6), 1)])
+def test_cross_shaped_attention_matches_stripe_loop(hw, split):
+    heads, C = 4, 16
+    attn = CrossShapedWindowAttention(C, heads, split_size=split).double()
+    H, W = hw
+    x = torch.randn(1, H * W, C, dtype=torch.float64)
+    q, k, v = attn.qkv(x).chunk(3, dim=-1)
+    img = [t[0].T.reshape(C, H, W) for t in (q, k, v)]
+    out = torch.zeros(C, H, W, dtype=torch.float64)
+    half = C // 2
+    for branch in range(2):
+        ch = slice(branch * half, (branch + 1) * half)
+        for start in range(0, W if branch == 0 else H, split):
+            area = ((slice(None), slice(start, start + split)) if branch == 0 else
+                    (slice(start, start + split), slice(None)))
+            qs, ks, vs = (t[ch][(slice(None), ) + area] for t in img)
+            h, w = vs.shape[1:]
+            tokens = [t.reshape(heads // 2, -1, h * w).transpose(1, 2)
+                      for t in (qs, ks, vs)]
+            o = _naive_softmax(*tokens).transpose(1, 2).reshape(half, h, w)
+            o = o + F.conv2d(vs[None], attn.lepe.weight[ch], attn.lepe.bias[ch],
+                             padding=1, groups=half)[0]
+            out[(ch, ) + area] = o
+    expected = attn.proj(out.reshape(C, -1).T[None])
+    torch.testing.assert_close(attn(x, hw), expected)
