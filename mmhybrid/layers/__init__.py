@@ -5,7 +5,11 @@ from .conv_merging import ConvMerging
 from .elfatt_attention import ELFATTAttention, split_elfatt_heads
 from .hidden_state_bridge import HiddenStateBridge, equidistant_sample
 from .image_attention import GlobalAttention, ImageAttention
+from .infsa_attention import InfSAttention
+from .infvit_layer import InfViTLayer
+from .layer_norm_2d import LayerNorm2d
 from .layer_scale import LayerScale
+from .mlp import Mlp
 from .softmax_layer import ConvMlp, MultiheadSelfAttention, SoftmaxLayer
 from .window_attention import CrossShapedWindowAttention, ShiftedWindowAttention
 from .wkv_layer import ChannelMix, SpatialMix, WKVLayer
@@ -15,5 +19,6 @@ __all__ = [
     'MultiheadSelfAttention', 'SoftmaxLayer', 'ChannelMix', 'SpatialMix',
     'WKVLayer', 'AttentionBlock', 'PRESET_PLANS', 'parse_attention_plan',
     'ConvMerging', 'ELFATTAttention', 'split_elfatt_heads', 'GlobalAttention',
-    'ImageAttention', 'CrossShapedWindowAttention', 'ShiftedWindowAttention'
+    'ImageAttention', 'CrossShapedWindowAttention', 'ShiftedWindowAttention',
+    'InfSAttention', 'InfViTLayer', 'LayerNorm2d', 'Mlp'
 ]

@@ -1,0 +1,117 @@
+"""Multi-head Infinite Self-Attention (Roffo & Palmer, Sec. 3.2 and 3.4).
+
+Both variants scale every head by a discount ``gamma`` in (0, 1), learnt through a
+sigmoid as a (heads,) tensor (so it receives gradients):
+
+* ``'pure'`` (Eq. 11-12, 23): ``Z = gamma^t ReLU(QK^T/sqrt(d)) / (||.||_F + eps) V``
+  where ``t`` is the 1-based depth of the layer in the backbone. The Pre-LN
+  residual stream is the accumulator of Eq. 23: after L layers it holds
+  ``x_0 + sum_t W_o^(t) gamma^t Z^(t)`` (+ the MLP branches), i.e.
+  ``S_L = sum_t gamma^t Z^(t)`` seen through each layer's output projection.
+* ``'linear'`` (Eq. 16-21): the pooled context ``h = sum_t gamma a_t V_t`` (``w =
+  gamma a``) with tied ``Q = K`` by default, broadcast to every token after the
+  output projection (computed once per image, not per token).
+
+``local_path='lepe'`` adds a 3x3 depth-wise convolution of V (CSWin's locally
+enhanced positional encoding) to the head outputs before the projection, a
+per-token term that the broadcast linear context lacks (mmhybrid's addition for
+dense prediction, off by default; see docs/infvit.md).
+"""
+import math
+
+import torch
+import torch.nn as nn
+
+from mmhybrid.ops import pure_infsa
+from mmhybrid.ops.infsa import linear_infsa_context
+
+VARIANTS = ('pure', 'linear')
+LOCAL_PATHS = (None, 'lepe')
+
+
+def gamma_to_logit(gamma):
+    return math.log(gamma / (1 - gamma))
+
+
+class InfSAttention(nn.Module):
+    """InfSA token mixer on (B, N, C) tokens of an ``hw_shape`` map.
+
+    Args:
+        dims (int): channels. num_heads (int): heads; ``dims`` must divide.
+        variant (str): ``'pure'`` or ``'linear'``.
+        tie_qk (bool, optional): share the query and key projection; default True
+            for ``'linear'`` (the paper's form), False for ``'pure'``.
+        gamma_init (float): initial discount (Table 4 picks 0.7).
+        depth (int): 1-based layer depth ``t``; pure layers are scaled by gamma^t.
+        local_path (str, optional): None or ``'lepe'``.
+        eps (float): the epsilon of Eq. 11 and 17/20.
+
+    ``forward`` returns (B, N, C), or (B, 1, C) for a linear layer without local
+    path (the same context for every token; it broadcasts in the residual add).
+    """
+
+    def __init__(self, dims, num_heads, variant='pure', tie_qk=None,
+                 qkv_bias=True, gamma_init=0.7, depth=1, local_path=None,
+                 eps=1e-6):
+        super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(f'unknown InfSA variant {variant!r}; use {VARIANTS}')
+        if local_path not in LOCAL_PATHS:
+            raise ValueError(f'unknown local_path {local_path!r}; use {LOCAL_PATHS}')
+        if dims % num_heads:
+            raise ValueError(f'dims {dims} not divisible by num_heads {num_heads}')
+        if not 0 < gamma_init < 1 or depth < 1:
+            raise ValueError(f'need 0 < gamma_init < 1 and depth >= 1, got '
+                             f'{gamma_init}, {depth}')
+        self.variant = variant
+        self.num_heads = num_heads
+        self.depth = depth
+        self.eps = eps
+        self.gamma_init = gamma_init
+        self.tie_qk = variant == 'linear' if tie_qk is None else tie_qk
+        self.q = nn.Linear(dims, dims, bias=qkv_bias)
+        self.k = None if self.tie_qk else nn.Linear(dims, dims, bias=qkv_bias)
+        self.v = nn.Linear(dims, dims, bias=qkv_bias)
+        self.gamma_logit = nn.Parameter(
+            torch.full((num_heads, ), gamma_to_logit(gamma_init)))
+        self.lepe = (nn.Conv2d(dims, dims, 3, padding=1, groups=dims)
+                     if local_path == 'lepe' else None)
+        self.proj = nn.Linear(dims, dims)
+
+    @property
+    def gamma(self):
+        """(heads,) discount in (0, 1)."""
+        return torch.sigmoid(self.gamma_logit)
+
+    def reset_gamma(self):
+        nn.init.constant_(self.gamma_logit, gamma_to_logit(self.gamma_init))
+
+    def _heads(self, x):
+        B, N, C = x.shape
+        return x.view(B, N, self.num_heads, C // self.num_heads).transpose(1, 2)
+
+    def _local(self, v, hw_shape):
+        """LePE on the spatial tokens (the last H*W); extra tokens get zero."""
+        B, N, C = v.shape
+        H, W = hw_shape
+        extra = N - H * W
+        grid = v[:, extra:].transpose(1, 2).reshape(B, C, H, W)
+        local = self.lepe(grid).flatten(2).transpose(1, 2)
+        return torch.cat((local.new_zeros(B, extra, C), local), dim=1)
+
+    def forward(self, x, hw_shape):
+        B, N, C = x.shape
+        q = self._heads(self.q(x))
+        k = q if self.k is None else self._heads(self.k(x))
+        v_tokens = self.v(x)
+        v = self._heads(v_tokens)
+        if self.variant == 'pure':
+            scale = self.gamma.pow(self.depth).to(v.dtype)[:, None, None]
+            out = pure_infsa(q, k, v, eps=self.eps) * scale
+        else:
+            scale = self.gamma.to(v.dtype)[:, None, None]
+            out = linear_infsa_context(q, k, v, eps=self.eps) * scale
+        out = out.transpose(1, 2).reshape(B, -1, C)
+        if self.lepe is not None:
+            out = out + self._local(v_tokens, hw_shape)
+        return self.proj(out)

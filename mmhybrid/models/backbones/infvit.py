@@ -1,0 +1,223 @@
+"""InfViT: a plain Pre-LN ViT whose attention is Infinite Self-Attention.
+
+Paper: Roffo & Palmer, "Self-Attention And Beyond the Infinite: Towards Linear
+Transformers with Infinite Self-Attention" (Sec. 3.2-3.4, 4, Supplement 14). Each
+layer is pure InfSA ('P', O(N^2)), linear InfSA ('L', O(N)) or softmax ('S', the
+standard ViT baseline). Widths/depths of the paper's models are derived from its
+parameter counts in docs/design.md ("InfViT").
+"""
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks.transformer import PatchEmbed
+from mmengine.model.weight_init import trunc_normal_
+
+from mmhybrid.layers.infsa_attention import InfSAttention, gamma_to_logit
+from mmhybrid.layers.infvit_layer import ATTN_TYPES, InfViTLayer
+from mmhybrid.registry import register_model
+from ..utils import resize_pos_embed
+from .base_backbone import BaseBackbone
+
+# Width 1024, MLP ratio 4.5 and tied Q = K reproduce Table 1/3 (docs/design.md).
+ARCH_SETTINGS = {
+    'linear-4l': dict(embed_dims=1024, depth=4, num_heads=64, mlp_ratio=4.5,
+                      attn_types='L'),
+    'pure-4l': dict(embed_dims=1024, depth=4, num_heads=16, mlp_ratio=4.5,
+                    attn_types='P'),
+    'linear-24l': dict(embed_dims=1024, depth=24, num_heads=16, mlp_ratio=4.5,
+                       attn_types='L'),
+    'pure-24l': dict(embed_dims=1024, depth=24, num_heads=16, mlp_ratio=4.5,
+                     attn_types='P'),
+    # ViT-B width/depth (86M with softmax) for dense-prediction comparisons;
+    # linear keeps the paper's 4x heads (d_h = 16).
+    'linear-b': dict(embed_dims=768, depth=12, num_heads=48, mlp_ratio=4.,
+                     attn_types='L'),
+    'pure-b': dict(embed_dims=768, depth=12, num_heads=12, mlp_ratio=4.,
+                   attn_types='P'),
+}
+
+# Published parameter counts (Table 1 / Table 3), classifier included.
+PAPER_PARAMS = {'linear-4l': 53.5e6, 'pure-4l': 57.7e6, 'linear-24l': 305.4e6,
+                'pure-24l': 330.6e6}
+
+
+def parse_attn_types(attn_types, depth):
+    """'L' -> 'LLLL'; 'PPLL' or ['pure', 'linear', ...] -> a letter per layer."""
+    if isinstance(attn_types, str):
+        letters = attn_types * depth if len(attn_types) == 1 else attn_types
+    else:
+        inverse = {v: k for k, v in ATTN_TYPES.items()}
+        letters = ''.join(inverse.get(t, t) for t in attn_types)
+    if len(letters) != depth or set(letters) - set(ATTN_TYPES):
+        raise ValueError(f'attn_types {attn_types!r} must give one of '
+                         f'{sorted(ATTN_TYPES)} per layer for depth {depth}')
+    return letters
+
+
+@register_model()
+class InfViT(BaseBackbone):
+    """InfViT backbone returning (B, C, H/16, W/16) maps of chosen layers.
+
+    Args:
+        arch (str | dict): one of ``ARCH_SETTINGS`` or a dict with ``embed_dims``,
+            ``depth``, ``num_heads`` (int or one per layer), ``mlp_ratio`` and
+            ``attn_types``.
+        attn_types (str | sequence, optional): override the arch's per-layer
+            attention: one letter ('P' pure, 'L' linear, 'S' softmax) for all
+            layers, a string with one letter per layer, or a list of names.
+        img_size (int): image size the position embedding is stored for.
+        patch_size (int): patch (and output) stride.
+        tie_qk (bool, optional): tied Q = K; default per variant (linear: tied).
+        gamma_init (float): initial InfSA discount (Table 4: 0.7).
+        local_path (str, optional): ``'lepe'`` adds a depth-wise 3x3 conv of V
+            to every InfSA layer (a local path for dense prediction).
+        with_cls_token (bool): prepend a class token (dropped from the outputs).
+        out_indices (sequence[int]): layers whose LayerNorm-ed maps are returned
+            (negative indices count from the end).
+        frozen_stages (int): 0 freezes the patch/position embeddings, n > 0 also
+            the first n layers. norm_eval, with_cp, init_cfg: see BaseBackbone;
+            ``init_cfg=dict(type='Pretrained', checkpoint=...)`` also reads the
+            public ``infsa`` ViT layout (see :meth:`convert_checkpoint`).
+    """
+
+    def __init__(self, arch='linear-4l', attn_types=None, img_size=224,
+                 patch_size=16, in_channels=3, qkv_bias=True, tie_qk=None,
+                 gamma_init=0.7, local_path=None, with_cls_token=True,
+                 drop_rate=0., drop_path_rate=0.1, layer_scale_init_value=None,
+                 out_indices=(-1, ), norm_cfg=dict(type='LN', eps=1e-6),
+                 frozen_stages=-1, norm_eval=False, with_cp=False,
+                 init_cfg=None):
+        if isinstance(arch, str):
+            if arch.lower() not in ARCH_SETTINGS:
+                raise KeyError(f'unknown InfViT arch {arch!r}; choose from '
+                               f'{sorted(ARCH_SETTINGS)} or pass a dict')
+            arch = ARCH_SETTINGS[arch.lower()]
+        arch = dict(arch)
+        dims, depth = arch['embed_dims'], arch['depth']
+        letters = parse_attn_types(attn_types or arch['attn_types'], depth)
+        heads = arch['num_heads']
+        heads = [heads] * depth if isinstance(heads, int) else list(heads)
+        if len(heads) != depth:
+            raise ValueError(f'num_heads {heads} must have {depth} entries')
+        out_indices = tuple(i + depth if i < 0 else i for i in out_indices)
+        if any(not 0 <= i < depth for i in out_indices):
+            raise ValueError(f'out_indices must be in [-{depth}, {depth - 1}]')
+        super().__init__(depth, frozen_stages, norm_eval, with_cp, init_cfg)
+        self.embed_dims = dims
+        self.attn_types = letters
+        self.out_indices = out_indices
+        self.patch_size = patch_size
+        self.num_extra_tokens = int(with_cls_token)
+
+        self.patch_embed = PatchEmbed(
+            in_channels=in_channels, embed_dims=dims, kernel_size=patch_size,
+            stride=patch_size, padding='corner', norm_cfg=None)
+        self.pos_grid = (img_size // patch_size, ) * 2
+        self.cls_token = (nn.Parameter(torch.zeros(1, 1, dims))
+                          if with_cls_token else None)
+        self.pos_embed = nn.Parameter(torch.zeros(
+            1, self.num_extra_tokens + self.pos_grid[0] * self.pos_grid[1], dims))
+        self.drop_after_pos = nn.Dropout(drop_rate)
+
+        dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
+        self.layers = nn.ModuleList(
+            InfViTLayer(dims, heads[i], ATTN_TYPES[letter], arch['mlp_ratio'],
+                        qkv_bias=qkv_bias, tie_qk=tie_qk, gamma_init=gamma_init,
+                        depth=i + 1, local_path=local_path, drop_path=dpr[i],
+                        layer_scale_init_value=layer_scale_init_value,
+                        norm_cfg=norm_cfg)
+            for i, letter in enumerate(letters))
+        for i in self.out_indices:
+            self.add_module(f'norm{i}', build_norm_layer(norm_cfg, dims)[1])
+        self._freeze_stages()
+
+    def stage_parts(self, index):
+        if index == 0:
+            return [p for p in (self.patch_embed, self.pos_embed, self.cls_token)
+                    if p is not None]
+        parts = [self.layers[index - 1]]
+        if index - 1 in self.out_indices:
+            parts.append(getattr(self, f'norm{index - 1}'))
+        return parts
+
+    def init_scratch(self):
+        trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            trunc_normal_(self.cls_token, std=0.02)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, InfSAttention):
+                m.reset_gamma()
+
+    def convert_checkpoint(self, state_dict):
+        """Map the public ``infsa`` ViT layout onto ours; other layouts pass through.
+
+        The reference ``ImageClassifier`` (github.com/giorgioroffo/
+        infinite-self-attention, examples/custom_transformer.py) stores
+        ``patch_embed`` (a Conv2d), ``cls_token``, ``pos_embed``,
+        ``encoder.layers.i.{norm1,norm2,attn.{q,k,v,out}_proj,attn.rho_logit,
+        ff.0,ff.3}``, ``encoder.norm`` and ``head``. Its scalar ``rho`` multiplies
+        the attention of every layer once, so a pure layer at depth t gets
+        ``gamma = rho^(1/t)`` per head (same function); a linear layer
+        ``gamma = rho``. The classifier head is dropped.
+        """
+        if not any(k.startswith('encoder.layers.') for k in state_dict):
+            return state_dict
+        renames = {'attn.q_proj': 'attn.q', 'attn.k_proj': 'attn.k',
+                   'attn.v_proj': 'attn.v', 'attn.out_proj': 'attn.proj',
+                   'ff.0': 'ffn.fc1', 'ff.3': 'ffn.fc2'}
+        last = len(self.layers) - 1
+        out = {}
+        for key, value in state_dict.items():
+            if key.startswith('head.'):
+                continue
+            if key.startswith('patch_embed.'):
+                key = key.replace('patch_embed.', 'patch_embed.projection.', 1)
+            elif key.startswith('encoder.norm.'):
+                key = key.replace('encoder.norm.', f'norm{last}.', 1)
+            elif key.startswith('encoder.layers.'):
+                index, rest = key[len('encoder.layers.'):].split('.', 1)
+                for old, new in renames.items():
+                    if rest.startswith(old + '.'):
+                        rest = new + rest[len(old):]
+                if rest == 'attn.rho_logit':
+                    rest, value = 'attn.gamma_logit', self._rho_to_gamma_logit(
+                        int(index), value)
+                key = f'layers.{index}.{rest}'
+            out[key] = value
+        return out
+
+    def _rho_to_gamma_logit(self, index, rho_logit):
+        if index >= len(self.layers) or not isinstance(
+                self.layers[index].attn, InfSAttention):
+            return rho_logit
+        attn = self.layers[index].attn
+        rho = torch.sigmoid(rho_logit.double()).item()
+        gamma = rho**(1 / attn.depth) if attn.variant == 'pure' else rho
+        return torch.full((attn.num_heads, ), gamma_to_logit(gamma))
+
+    def forward(self, x):
+        if x.dim() != 4:
+            raise ValueError(f'expected a (B, C, H, W) image batch, got shape '
+                             f'{tuple(x.shape)}')
+        B = x.shape[0]
+        x, hw = self.patch_embed(x)
+        if self.cls_token is not None:
+            x = torch.cat((self.cls_token.expand(B, -1, -1), x), dim=1)
+        x = x + resize_pos_embed(self.pos_embed, self.pos_grid, hw,
+                                 self.num_extra_tokens)
+        x = self.drop_after_pos(x)
+        outs = []
+        for i, layer in enumerate(self.layers):
+            x = self.run_layer(layer, x, hw)
+            if i in self.out_indices:
+                out = getattr(self, f'norm{i}')(x[:, self.num_extra_tokens:])
+                outs.append(out.transpose(1, 2).reshape(B, -1, *hw).contiguous())
+        return tuple(outs)
