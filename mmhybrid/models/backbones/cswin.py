@@ -1,0 +1,59 @@
+"""CSWin Transformer with a per-stage attention plan (CSWin-T/B-ELFATT of the paper).
+
+``attn='local'`` is CSWin (Dong et al. 2022): a 7x7/4 conv stem, cross-shaped
+stripe attention with LePE, 3x3/2 conv merge blocks and whole-map attention in the
+last stage. The paper's CSWin-T and CSWin-B are the 24181 / 36292 depth variants
+of Han et al. 2023 (FLatten).
+"""
+from mmhybrid.layers import ConvMerging, CrossShapedWindowAttention, GlobalAttention
+from mmhybrid.registry import register_model
+from ..utils.official_checkpoints import convert_cswin, is_official_cswin
+from .hierarchical_attention import HierarchicalAttentionBackbone
+
+
+@register_model()
+class CSWin(HierarchicalAttentionBackbone):
+    """CSWin with ELFATT / LOCAL / GLOBAL / EFFATT attention per stage.
+
+    Args:
+        arch (str | dict): ``'t'`` (64, [2, 4, 18, 1], [2, 4, 8, 16]), ``'b'``
+            (96, [3, 6, 29, 2], [4, 8, 16, 32]), both with split sizes
+            [1, 2, 7, 7], or a dict with ``embed_dims``, ``depths``,
+            ``num_heads``, ``split_sizes``.
+        attn (str | list): attention plan (default ``'elfatt'``).
+        split_sizes (tuple[int], optional): stripe width per stage of the
+            ``'local'`` blocks (overrides the arch). Stage 4 attends over the
+            whole map, as CSWin's last stage does.
+        convert_weights (bool, optional): the Pretrained checkpoint is an
+            official CSWin one; None detects it from its keys.
+        **kwargs: see :class:`HierarchicalAttentionBackbone`.
+    """
+    arch_zoo = {
+        't': dict(embed_dims=64, depths=(2, 4, 18, 1), num_heads=(2, 4, 8, 16),
+                  split_sizes=(1, 2, 7, 7)),
+        'b': dict(embed_dims=96, depths=(3, 6, 29, 2), num_heads=(4, 8, 16, 32),
+                  split_sizes=(1, 2, 7, 7)),
+    }
+
+    def __init__(self, arch='t', attn='elfatt', split_sizes=None, **kwargs):
+        arch = dict(self.arch_zoo[arch] if isinstance(arch, str) else arch)
+        if split_sizes is not None:
+            arch['split_sizes'] = split_sizes
+        self.split_sizes = tuple(arch.get('split_sizes', (1, 2, 7, 7)))
+        stem = dict(kernel_size=7, stride=4, padding=2)
+        super().__init__(arch, attn, stem, **kwargs)
+
+    def build_downsample(self, in_channels, out_channels, norm_cfg):
+        return ConvMerging(in_channels, out_channels, norm_cfg=norm_cfg)
+
+    def build_local_attention(self, stage, index, dims, num_heads, **kwargs):
+        if stage == 3:
+            return GlobalAttention(dims, num_heads, **kwargs)
+        return CrossShapedWindowAttention(dims, num_heads,
+                                          split_size=self.split_sizes[stage], **kwargs)
+
+    def convert_checkpoint(self, state_dict):
+        if self.convert_weights or (self.convert_weights is None
+                                    and is_official_cswin(state_dict)):
+            return convert_cswin(state_dict)
+        return state_dict

@@ -1,0 +1,165 @@
+"""Four-stage attention pyramid shared by SwinELFATT and CSWin.
+
+One class builds both: they differ only in the stem, the merge block between
+stages and what their ``'local'`` attention is. Which attention every block uses
+comes from a per-stage plan (:func:`mmhybrid.layers.parse_attention_plan`), so
+the paper's variants (LOCAL, GLOBAL, EFFATT, ELFATT and the Table 4-7 ablations)
+are config changes of one model.
+"""
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks.transformer import PatchEmbed
+from mmengine.model.weight_init import trunc_normal_
+
+from mmhybrid.layers import (AttentionBlock, ELFATTAttention, GlobalAttention,
+                             ShiftedWindowAttention, parse_attention_plan)
+from ..utils import resize_pos_embed
+from .base_backbone import BaseBackbone
+
+
+class AttentionStage(nn.Module):
+    """``blocks`` then an optional ``downsample`` (mmdet's SwinBlockSequence names)."""
+
+    def __init__(self, blocks, downsample=None):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.downsample = downsample
+
+
+class HierarchicalAttentionBackbone(BaseBackbone):
+    """Stem, four stages of :class:`AttentionBlock`, an output norm per out index.
+
+    Subclasses define ``arch_zoo``, :meth:`build_downsample` and
+    :meth:`build_local_attention`.
+
+    Args:
+        arch (str | dict): key of ``arch_zoo`` or a dict with ``embed_dims``,
+            ``depths``, ``num_heads`` (and subclass-specific keys).
+        attn (str | list): attention plan, see
+            :func:`mmhybrid.layers.parse_attention_plan`; ``'elfatt'``,
+            ``'local'``, ``'global'``, ``'effatt'`` or e.g. ``'E,E,GE,G'``.
+        block_sizes (tuple[int]): ELFATT/EFFATT local block size per stage.
+        global_ratio (float): ELFATT's ``c1 / c`` (Table 7).
+        lepe (bool): LePE in global / ELFATT / EFFATT attentions (Table 5).
+        stem (dict): kwargs of mmcv ``PatchEmbed`` (kernel_size, stride, padding).
+        out_indices (tuple[int]): stages whose (normed) maps are returned.
+        use_abs_pos_embed (bool): learned absolute position embedding on the
+            ``pretrain_img_size / stride`` grid, resized to the input.
+        Others as in mmdet's ``SwinTransformer``.
+    """
+    arch_zoo = {}
+    pos_embed_keys = ('absolute_pos_embed', )
+
+    def __init__(self, arch, attn, stem, pretrain_img_size=224, in_channels=3,
+                 embed_dims=None, depths=None, num_heads=None, mlp_ratio=4.,
+                 out_indices=(0, 1, 2, 3), qkv_bias=True, qk_scale=None,
+                 drop_rate=0., attn_drop_rate=0., drop_path_rate=0.1,
+                 use_abs_pos_embed=False, block_sizes=(49, 49, 196, 49),
+                 global_ratio=0.5, lepe=True, act_cfg=dict(type='GELU'),
+                 norm_cfg=dict(type='LN'), convert_weights=None, frozen_stages=-1,
+                 norm_eval=False, with_cp=False, init_cfg=None):
+        arch = dict(self.arch_zoo[arch] if isinstance(arch, str) else arch)
+        arch.update({k: v for k, v in dict(embed_dims=embed_dims, depths=depths,
+                                           num_heads=num_heads).items()
+                     if v is not None})
+        depths, num_heads = list(arch['depths']), list(arch['num_heads'])
+        if len(depths) != 4 or len(num_heads) != 4 or len(block_sizes) != 4:
+            raise ValueError('depths, num_heads and block_sizes need 4 entries')
+        if not set(out_indices) <= {0, 1, 2, 3}:
+            raise ValueError(f'out_indices must be within 0..3, got {out_indices}')
+        super().__init__(4, frozen_stages, norm_eval, with_cp, init_cfg)
+        self.arch = arch
+        self.out_indices = tuple(out_indices)
+        self.convert_weights = convert_weights
+        self.plan = parse_attention_plan(attn, depths)
+        dims = [arch['embed_dims'] * 2**i for i in range(4)]
+
+        self.patch_embed = PatchEmbed(
+            in_channels=in_channels, embed_dims=dims[0], conv_type='Conv2d',
+            norm_cfg=norm_cfg, **stem)
+        if use_abs_pos_embed:
+            stride = stem['stride']
+            self.pos_grid = (pretrain_img_size // stride, ) * 2
+            self.absolute_pos_embed = nn.Parameter(
+                torch.zeros(1, self.pos_grid[0] * self.pos_grid[1], dims[0]))
+        else:
+            self.absolute_pos_embed = None
+        self.drop_after_pos = nn.Dropout(drop_rate)
+
+        common = dict(qkv_bias=qkv_bias, qk_scale=qk_scale,
+                      attn_drop=attn_drop_rate, proj_drop=drop_rate)
+        drop_paths = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        self.stages = nn.ModuleList()
+        for i in range(4):
+            blocks = []
+            for j, kind in enumerate(self.plan[i]):
+                if kind == 'local':
+                    attention = self.build_local_attention(
+                        i, j, dims[i], num_heads[i], lepe=lepe, **common)
+                elif kind == 'global':
+                    attention = GlobalAttention(dims[i], num_heads[i], lepe=lepe,
+                                                **common)
+                else:
+                    ratio = 1. if kind == 'effatt' else global_ratio
+                    attention = ELFATTAttention(
+                        dims[i], num_heads[i], block_size=block_sizes[i],
+                        global_ratio=ratio, lepe=lepe, **common)
+                blocks.append(AttentionBlock(
+                    dims[i], attention, mlp_ratio=mlp_ratio, drop_rate=drop_rate,
+                    drop_path=drop_paths[sum(depths[:i]) + j], act_cfg=act_cfg,
+                    norm_cfg=norm_cfg))
+            downsample = (self.build_downsample(dims[i], dims[i + 1], norm_cfg)
+                          if i < 3 else None)
+            self.stages.append(AttentionStage(blocks, downsample))
+        for i in self.out_indices:
+            self.add_module(f'norm{i}', build_norm_layer(norm_cfg, dims[i])[1])
+        self.num_features = [dims[i] for i in range(4)]
+
+    def build_downsample(self, in_channels, out_channels, norm_cfg):
+        raise NotImplementedError
+
+    def build_local_attention(self, stage, index, dims, num_heads, **kwargs):
+        raise NotImplementedError
+
+    def stage_parts(self, index):
+        if index == 0:
+            parts = [self.patch_embed]
+            if self.absolute_pos_embed is not None:
+                parts.append(self.absolute_pos_embed)
+            return parts
+        parts = [self.stages[index - 1]]
+        if index - 1 in self.out_indices:
+            parts.append(getattr(self, f'norm{index - 1}'))
+        return parts
+
+    def init_scratch(self):
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                trunc_normal_(m.weight, std=.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, ShiftedWindowAttention):
+                trunc_normal_(m.relative_position_bias_table, std=.02)
+        if self.absolute_pos_embed is not None:
+            trunc_normal_(self.absolute_pos_embed, std=.02)
+
+    def forward(self, x):
+        x, hw_shape = self.patch_embed(x)
+        if self.absolute_pos_embed is not None:
+            x = x + resize_pos_embed(self.absolute_pos_embed, self.pos_grid, hw_shape)
+        x = self.drop_after_pos(x)
+        outs = []
+        for i, stage in enumerate(self.stages):
+            for block in stage.blocks:
+                x = self.run_layer(block, x, hw_shape)
+            if i in self.out_indices:
+                out = getattr(self, f'norm{i}')(x)
+                outs.append(out.transpose(1, 2).reshape(x.shape[0], -1, *hw_shape)
+                            .contiguous())
+            if stage.downsample is not None:
+                x, hw_shape = stage.downsample(x, hw_shape)
+        return tuple(outs)
