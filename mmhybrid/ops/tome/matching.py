@@ -48,9 +48,8 @@ def bipartite_soft_matching(metric, dst_mask, r):
         num_slots (int): N - r, the merged sequence length.
     """
     B, N, _ = metric.shape
-    dst_mask = dst_mask.to(metric.device)
-    dst_idx = dst_mask.nonzero().squeeze(1)
-    src_idx = (~dst_mask).nonzero().squeeze(1)
+    dst_idx = dst_mask.nonzero().squeeze(1).to(metric.device)  # a CPU mask: no sync
+    src_idx = (~dst_mask).nonzero().squeeze(1).to(metric.device)
     r = min(r, src_idx.numel())
     metric = metric / metric.norm(dim=-1, keepdim=True)
     scores = metric[:, src_idx] @ metric[:, dst_idx].transpose(1, 2)  # (B, Ns, Nd)

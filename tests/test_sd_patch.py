@@ -1,0 +1,233 @@
+"""ELFATT-SD patch on a small random diffusers UNet / Stable Diffusion pipeline
+(built from configs, nothing downloaded)."""
+import json
+import math
+
+import pytest
+import torch
+
+diffusers = pytest.importorskip('diffusers')
+transformers = pytest.importorskip('transformers')
+
+from mmhybrid.diffusion import (StepTracker, ToMeElfattProcessor,  # noqa: E402
+                                apply_patch, remove_patch)
+from mmhybrid.diffusion import processor as processor_module  # noqa: E402
+from mmhybrid.ops.agent import naive_agent_attention  # noqa: E402
+from mmhybrid.ops.elfatt import naive_block_attention  # noqa: E402
+from mmhybrid.ops.tome import naive_tome_merge, random_dst_mask  # noqa: E402
+
+LATENT = 16  # full-resolution grid 16 x 16 = 256 tokens; a 32 x 32 image
+FULL_RES_ATTN = ('down_blocks.0.attentions.0.transformer_blocks.0.attn1.processor',
+                 'up_blocks.1.attentions.0.transformer_blocks.0.attn1.processor',
+                 'up_blocks.1.attentions.1.transformer_blocks.0.attn1.processor')
+
+
+def tiny_unet():
+    torch.manual_seed(0)
+    return diffusers.UNet2DConditionModel(
+        sample_size=LATENT, in_channels=4, out_channels=4, layers_per_block=1,
+        block_out_channels=(32, 64), norm_num_groups=16, cross_attention_dim=32,
+        attention_head_dim=4,  # diffusers reads it as the number of heads
+        down_block_types=('CrossAttnDownBlock2D', 'CrossAttnDownBlock2D'),
+        up_block_types=('CrossAttnUpBlock2D', 'CrossAttnUpBlock2D')).eval()
+
+
+def ddim(steps):
+    scheduler = diffusers.DDIMScheduler(beta_start=0.00085, beta_end=0.012,
+                                        beta_schedule='scaled_linear', clip_sample=False,
+                                        set_alpha_to_one=False)
+    scheduler.set_timesteps(steps)
+    return scheduler
+
+
+def unet_inputs(batch=2):
+    g = torch.Generator().manual_seed(1)
+    return (torch.randn(batch, 4, LATENT, LATENT, generator=g),
+            torch.randn(batch, 7, 32, generator=g))
+
+
+@torch.no_grad()
+def run(unet, t):
+    sample, context = unet_inputs()
+    return unet(sample, t, encoder_hidden_states=context).sample
+
+
+def test_patch_round_trip_is_bit_identical():
+    unet = tiny_unet()
+    scheduler = ddim(10)
+    t = scheduler.timesteps[0]
+    originals = unet.attn_processors
+    baseline = run(unet, t)
+    apply_patch(unet, ratio=0.5, elfatt_steps=0.2, block_size=24, scheduler=scheduler)
+    apply_patch(unet, ratio=0.4, elfatt_steps=0.3, block_size=32, scheduler=scheduler)
+    patched = unet.attn_processors
+    assert {n for n, p in patched.items() if isinstance(p, ToMeElfattProcessor)} == {
+        n for n in patched if n.endswith('attn1.processor')}  # cross-attention untouched
+    assert all(not isinstance(p.original, ToMeElfattProcessor) for p in patched.values()
+               if isinstance(p, ToMeElfattProcessor))  # applying twice does not nest
+    changed = run(unet, t)
+    assert (changed - baseline).abs().max() > 1e-4
+    remove_patch(unet)
+    remove_patch(unet)  # no-op when unpatched
+    assert all(unet.attn_processors[n] is p for n, p in originals.items())
+    assert not unet._forward_pre_hooks
+    assert torch.equal(run(unet, t), baseline)
+
+
+def test_ratio_zero_and_no_elfatt_is_the_baseline():
+    unet = tiny_unet()
+    t = torch.tensor(500)
+    baseline = run(unet, t)
+    apply_patch(unet, ratio=0.0, elfatt_steps=0.0)
+    assert torch.equal(run(unet, t), baseline)
+
+
+def test_only_full_resolution_self_attention_changes():
+    unet = tiny_unet()
+    scheduler = ddim(4)
+    apply_patch(unet, ratio=0.5, elfatt_steps=1.0, scheduler=scheduler)
+    calls = {}
+
+    def spy(name, processor):
+        def wrapped(attn, hidden_states, *args, **kwargs):
+            out = processor(attn, hidden_states, *args, **kwargs)
+            calls[name] = processor.original(attn, hidden_states, *args, **kwargs).equal(out)
+            return out
+        return wrapped
+
+    processors = unet.attn_processors
+    for name, processor in processors.items():
+        if isinstance(processor, ToMeElfattProcessor):
+            unet.get_submodule(name[:-len('.processor')]).processor = spy(name, processor)
+    run(unet, scheduler.timesteps[0])
+    assert {n for n, same in calls.items() if not same} == set(FULL_RES_ATTN)
+    assert len(calls) == sum(n.endswith('attn1.processor') for n in processors) > 3
+
+
+def _naive_pool(x, hw, grid):
+    H, W = hw
+    gh, gw = grid
+    x = x.view(x.shape[0], H, W, -1)
+    return torch.stack([
+        x[:, i * H // gh:-(-(i + 1) * H // gh), j * W // gw:-(-(j + 1) * W // gw)].mean((1, 2))
+        for i in range(gh) for j in range(gw)], dim=1)
+
+
+def naive_processor(attn, h, hw, ratio, mode, block_size, agent_tokens):
+    """ToMe merge -> ELFATT-SD (or agent) attention -> to_out -> unmerge, written
+    out with the naive references (dst = top-left token of each 2x2 window)."""
+    B, N, C = h.shape
+    heads = attn.heads
+    merged, groups = naive_tome_merge(h, h, random_dst_mask(hw, (2, 2), None), int(N * ratio))
+
+    def split(t):
+        return t.view(B, t.shape[1], heads, -1).transpose(1, 2)
+
+    q, k, v = split(attn.to_q(merged)), split(attn.to_k(merged)), split(attn.to_v(merged))
+    gh = round(math.sqrt(agent_tokens * hw[0] / hw[1]))
+    agents = split(attn.to_q(_naive_pool(h, hw, (gh, round(agent_tokens / gh)))))
+    g = heads if mode == 'agent' else heads // 2
+    out = torch.cat([naive_agent_attention(q[:, :g], k[:, :g], v[:, :g], agents[:, :g]),
+                     naive_block_attention(q[:, g:], k[:, g:], v[:, g:], block_size)], dim=1)
+    out = attn.to_out[0](out.transpose(1, 2).reshape(B, -1, C))
+    full = torch.empty(B, N, C, dtype=out.dtype)
+    for b in range(B):
+        for j, members in enumerate(groups[b]):
+            full[b, members] = out[b, j]
+    return full
+
+
+@pytest.mark.parametrize('mode,ratio,block_size', [('elfatt', 0.5, 24), ('elfatt', 0.3, 64),
+                                                   ('elfatt', 0.0, 40), ('agent', 0.5, 24)])
+def test_processor_matches_naive_reference(mode, ratio, block_size):
+    attn = tiny_unet().double().get_submodule(FULL_RES_ATTN[0][:-len('.processor')])
+    scheduler = ddim(5)
+    tracker = StepTracker(0.2, lambda: scheduler)
+    sample = torch.zeros(2, 4, LATENT, LATENT)
+    tracker(None, (sample, scheduler.timesteps[0]), {})
+    assert tracker.elfatt_active
+    attn.set_processor(ToMeElfattProcessor(attn.processor, tracker, ratio, mode, block_size,
+                                           agent_tokens=16, max_downsample=1, stride=(2, 2),
+                                           use_rand=False))
+    h = torch.randn(2, LATENT * LATENT, 32, dtype=torch.float64)
+    with torch.no_grad():
+        out = attn(h)
+        ref = naive_processor(attn, h, (LATENT, LATENT), ratio, mode, block_size, 16)
+    torch.testing.assert_close(out, ref)
+    # after the ELFATT steps: exact attention over the merged tokens (ToMe-SD)
+    tracker(None, (sample, scheduler.timesteps[1]), {})
+    assert not tracker.elfatt_active
+    with torch.no_grad():
+        out = attn(h)
+        merged, groups = naive_tome_merge(h, h, random_dst_mask((LATENT, LATENT), (2, 2), None),
+                                          int(h.shape[1] * ratio))
+        exact = attn.processor.original(attn, merged)
+    for b in range(2):
+        for j, members in enumerate(groups[b]):
+            torch.testing.assert_close(out[b, members], exact[b, j].expand(len(members), -1))
+
+
+def test_bare_unet_with_elfatt_needs_a_scheduler():
+    with pytest.raises(ValueError, match='scheduler'):
+        apply_patch(tiny_unet(), elfatt_steps=0.2)
+
+
+def tiny_tokenizer(tmp_path):
+    """A CLIP BPE tokenizer over a made-up vocabulary (no download)."""
+    letters = [chr(c) for c in range(ord('a'), ord('z') + 1)]
+    tokens = ['<|startoftext|>', '<|endoftext|>', '!'] + letters + [c + '</w>' for c in letters]
+    (tmp_path / 'vocab.json').write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
+    (tmp_path / 'merges.txt').write_text('#version: 0.2\n')
+    return transformers.CLIPTokenizer(str(tmp_path / 'vocab.json'), str(tmp_path / 'merges.txt'),
+                                      model_max_length=12)
+
+
+def tiny_pipeline(tmp_path, scheduler):
+    torch.manual_seed(0)
+    tokenizer = tiny_tokenizer(tmp_path)
+    text_encoder = transformers.CLIPTextModel(transformers.CLIPTextConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=12, bos_token_id=0, eos_token_id=1,
+        pad_token_id=1)).eval()
+    vae = diffusers.AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(16, 32),
+        norm_num_groups=16, down_block_types=('DownEncoderBlock2D',) * 2,
+        up_block_types=('UpDecoderBlock2D',) * 2).eval()
+    return diffusers.StableDiffusionPipeline(
+        vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=tiny_unet(),
+        scheduler=scheduler, safety_checker=None, feature_extractor=None,
+        requires_safety_checker=False)
+
+
+@pytest.mark.parametrize('scheduler_cls,steps,elfatt_steps,expected', [
+    ('DDIMScheduler', 5, 0.4, [0, 1]),
+    ('EulerDiscreteScheduler', 4, 0.2, [0]),  # round(0.8) = 1 step; float timesteps
+    ('DDIMScheduler', 3, 0.0, []),
+])
+def test_pipeline_switches_at_the_right_step(tmp_path, monkeypatch, scheduler_cls, steps,
+                                             elfatt_steps, expected):
+    scheduler = getattr(diffusers, scheduler_cls)(beta_start=0.00085, beta_end=0.012,
+                                                  beta_schedule='scaled_linear')
+    pipe = tiny_pipeline(tmp_path, scheduler)
+    apply_patch(pipe, ratio=0.5, elfatt_steps=elfatt_steps, block_size=32, agent_tokens=16)
+    tracker = pipe.unet.attn_processors[FULL_RES_ATTN[0]].tracker
+    steps_seen, elfatt_calls = [], []
+    pipe.unet.register_forward_pre_hook(
+        lambda module, args: steps_seen.append((tracker.step_index, tracker.elfatt_active)))
+
+    def counting(*args, **kwargs):
+        elfatt_calls.append(tracker.step_index)
+        return elfatt_sd_attention(*args, **kwargs)
+
+    elfatt_sd_attention = processor_module.elfatt_sd_attention
+    monkeypatch.setattr(processor_module, 'elfatt_sd_attention', counting)
+    image = pipe('a red fox', num_inference_steps=steps, guidance_scale=7.5, height=2 * LATENT,
+                 width=2 * LATENT, output_type='np', generator=torch.Generator().manual_seed(0)
+                 ).images
+    assert image.shape == (1, 2 * LATENT, 2 * LATENT, 3) and torch.isfinite(
+        torch.from_numpy(image)).all()
+    if elfatt_steps:
+        assert [s for s, _ in steps_seen] == list(range(steps))
+    assert [s for s, active in steps_seen if active] == expected
+    # 3 full-resolution self-attention layers per call; CFG runs in one batch
+    assert elfatt_calls == [s for s in expected for _ in FULL_RES_ATTN]

@@ -1,0 +1,215 @@
+"""Time and memory of one Stable Diffusion 1.5 UNet call with ELFATT-SD and friends.
+
+The UNet is the SD 1.5 architecture with random weights (nothing downloaded). Rows
+follow Tables 10-12 of the ELFATT paper: baseline SDPA, ToMe-SD, Agent-SD (agent
+attention in every head) and ELFATT-SD across merge ratios and block sizes. Patched
+methods are timed in both phases: ``early`` (the first ``--elfatt-steps`` of the
+schedule, agent/ELFATT attention on merged tokens) and ``late`` (ToMe-SD only);
+``s_per_img`` combines them over ``--steps`` steps with classifier-free guidance
+(the UNet batch is 2 x ``--batch``). ``rel_diff`` is ||out - baseline|| / ||baseline||
+of the same call. Peak memory is measured on CUDA only (activation peak of the call,
+per image). Prints tables, writes CSV and PNG.
+
+    python tools/benchmark_sd.py --device cuda --dtype fp16 --latents 64 128 --batch 4
+    python tools/benchmark_sd.py --reduced     # CPU: 256^2 and 512^2 images, few rows
+"""
+import argparse
+import csv
+import math
+import os
+import time
+
+import torch
+
+from mmhybrid.diffusion import apply_patch, remove_patch
+
+SD15_UNET = dict(
+    sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
+    block_out_channels=(320, 640, 1280, 1280), norm_num_groups=32,
+    down_block_types=('CrossAttnDownBlock2D', ) * 3 + ('DownBlock2D', ),
+    up_block_types=('UpBlock2D', ) + ('CrossAttnUpBlock2D', ) * 3,
+    cross_attention_dim=768, attention_head_dim=8)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    p.add_argument('--dtype', default=None, choices=['fp32', 'fp16', 'bf16'],
+                   help='default: fp16 on CUDA, fp32 on CPU')
+    p.add_argument('--latents', type=int, nargs='+', default=[64, 128],
+                   help='latent sizes (image = 8x): 64 -> 512^2, 128 -> 1024^2')
+    p.add_argument('--batch', type=int, default=4, help='images per call (x2 for CFG)')
+    p.add_argument('--ratios', type=float, nargs='+', default=[0.1, 0.3, 0.5])
+    p.add_argument('--block-sizes', type=int, nargs='+', default=[32, 56, 81, 128, 227, 512],
+                   help='ELFATT block sizes swept at the largest ratio (Table 11)')
+    p.add_argument('--block-size', type=int, default=128, help='block size of the ratio sweep')
+    p.add_argument('--agent-tokens', type=int, default=None,
+                   help='agents per layer (default: one per 2x2 window)')
+    p.add_argument('--steps', type=int, default=50)
+    p.add_argument('--elfatt-steps', type=float, default=0.2)
+    p.add_argument('--repeats', type=int, default=5)
+    p.add_argument('--reduced', action='store_true',
+                   help='CPU mode: latents 32 and 64, batch 1, ratio 0.5, block 128, 2 repeats')
+    p.add_argument('--out', default='work_dirs/benchmark_sd')
+    args = p.parse_args()
+    if args.reduced:
+        args.latents, args.batch, args.ratios = [32, 64], 1, [0.5]
+        args.block_sizes, args.repeats = [128], 2
+    if args.dtype is None:
+        args.dtype = 'fp16' if args.device == 'cuda' else 'fp32'
+    return args
+
+
+def sync(device):
+    if device == 'cuda':
+        torch.cuda.synchronize()
+
+
+@torch.inference_mode()
+def measure(unet, inputs, t, repeats, device):
+    """Median seconds per call, CUDA activation peak in MiB, and the output."""
+    sample, context = inputs
+    unet(sample, t, encoder_hidden_states=context)  # warm-up
+    sync(device)
+    if device == 'cuda':
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        out = unet(sample, t, encoder_hidden_states=context).sample
+        sync(device)
+        times.append(time.perf_counter() - start)
+    peak = ((torch.cuda.max_memory_allocated() - before) / 2**20
+            if device == 'cuda' else float('nan'))
+    return sorted(times)[len(times) // 2], peak, out.float()
+
+
+def methods(args):
+    """(method, ratio, block_size, patch kwargs) rows of Tables 10 and 11."""
+    rows = [('SD (baseline)', 0.0, None, None)]
+    for ratio in args.ratios:
+        rows.append(('ToMe-SD', ratio, None, dict(ratio=ratio, elfatt_steps=0.0)))
+        rows.append(('Agent-SD', ratio, None, dict(ratio=ratio, mode='agent')))
+        rows.append(('ELFATT-SD', ratio, args.block_size,
+                     dict(ratio=ratio, mode='elfatt', block_size=args.block_size)))
+    top = max(args.ratios)
+    for block_size in args.block_sizes:
+        if block_size != args.block_size:
+            rows.append(('ELFATT-SD', top, block_size,
+                         dict(ratio=top, mode='elfatt', block_size=block_size)))
+    return rows
+
+
+def run_latent(unet, scheduler, latent, args, dtype):
+    g = torch.Generator().manual_seed(0)
+    n = 2 * args.batch
+    inputs = (torch.randn(n, 4, latent, latent, generator=g).to(args.device, dtype),
+              torch.randn(n, 77, 768, generator=g).to(args.device, dtype))
+    t_early, t_late = scheduler.timesteps[0], scheduler.timesteps[-1]
+    num_early = math.floor(args.elfatt_steps * args.steps + 0.5)
+    results, baseline = [], {}
+    for method, ratio, block_size, kwargs in methods(args):
+        if kwargs is not None:
+            apply_patch(unet, elfatt_steps=kwargs.pop('elfatt_steps', args.elfatt_steps),
+                        agent_tokens=args.agent_tokens, scheduler=scheduler, **kwargs)
+        phases = {}
+        for phase, t in (('early', t_early), ('late', t_late)):
+            if method == 'ToMe-SD' and phase == 'early':
+                continue  # ToMe-SD has one phase
+            sec, peak, out = measure(unet, inputs, t, args.repeats, args.device)
+            if kwargs is None:
+                baseline[phase] = out
+            diff = float((out - baseline[phase]).norm() / baseline[phase].norm())
+            phases[phase] = (sec, peak, diff)
+        remove_patch(unet)
+        phases.setdefault('early', phases['late'])
+        per_img = (num_early * phases['early'][0] +
+                   (args.steps - num_early) * phases['late'][0]) / args.batch
+        for phase, (sec, peak, diff) in phases.items():
+            results.append(dict(
+                latent=latent, image=8 * latent, batch=args.batch, method=method,
+                ratio=ratio, block_size=block_size or '', phase=phase,
+                ms_per_call=round(1e3 * sec, 2),
+                peak_mib_per_img=round(peak / args.batch, 1) if peak == peak else '',
+                rel_diff=f'{diff:.4f}', s_per_img=round(per_img, 3)))
+        r = results[-1]
+        print(f"{8 * latent:>5}^2 {method:<14} ratio {ratio:<4} block {str(block_size or '-'):>4}"
+              f"  early {1e3 * phases['early'][0]:9.1f} ms  late {1e3 * phases['late'][0]:9.1f} ms"
+              f"  {r['s_per_img']:8.3f} s/img  diff {phases['early'][2]:.4f}", flush=True)
+    return results
+
+
+def table12(results, args):
+    """Per-image time vs the number of ELFATT steps, from the measured phases."""
+    rows = []
+    for r in results:
+        if r['method'] == 'ELFATT-SD' and r['phase'] == 'early' and (
+                r['ratio'] == max(args.ratios) and r['block_size'] == args.block_size):
+            late = next(x for x in results if x['latent'] == r['latent'] and x is not r
+                        and x['method'] == 'ELFATT-SD' and x['phase'] == 'late'
+                        and x['ratio'] == r['ratio'] and x['block_size'] == r['block_size'])
+            for early_steps in range(0, args.steps // 2 + 1, max(1, args.steps // 10)):
+                sec = (early_steps * r['ms_per_call'] +
+                       (args.steps - early_steps) * late['ms_per_call']) / 1e3 / args.batch
+                rows.append((r['image'], early_steps, sec))
+    return rows
+
+
+def label(r):
+    return f"{r['method']}\n{r['ratio']}" + (f"/b{r['block_size']}" if r['block_size'] else '')
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    latents = sorted({r['latent'] for r in results})
+    fig, axes = plt.subplots(1, len(latents), figsize=(7 * len(latents), 4.5), squeeze=False)
+    for ax, latent in zip(axes[0], latents):
+        rows = [r for r in results if r['latent'] == latent]
+        labels = list(dict.fromkeys(label(r) for r in rows))
+        for i, phase in enumerate(('early', 'late')):
+            ms = {label(r): r['ms_per_call'] for r in rows if r['phase'] == phase}
+            ax.bar([x + 0.4 * i for x in range(len(labels))],
+                   [ms.get(lab, 0) for lab in labels], width=0.4, label=f'{phase} steps')
+        ax.set_xticks([x + 0.2 for x in range(len(labels))])
+        ax.set_xticklabels(labels, rotation=90, fontsize=7)
+        ax.set_ylabel('ms per UNet call')
+        ax.set_title(f'SD 1.5 UNet, {8 * latent}^2 image')
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    args = parse_args()
+    from diffusers import DDIMScheduler, UNet2DConditionModel
+    dtype = dict(fp32=torch.float32, fp16=torch.float16, bf16=torch.bfloat16)[args.dtype]
+    torch.manual_seed(0)
+    unet = UNet2DConditionModel(**SD15_UNET).eval().to(args.device, dtype)
+    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012,
+                              beta_schedule='scaled_linear', set_alpha_to_one=False)
+    scheduler.set_timesteps(args.steps)
+    print(f'SD 1.5 UNet (random weights), {args.device} {args.dtype}, {args.batch} image(s) '
+          f'x2 (CFG), {args.steps} steps, ELFATT in the first {args.elfatt_steps:.0%}')
+    results = []
+    for latent in args.latents:
+        results += run_latent(unet, scheduler, latent, args, dtype)
+    print('\nTable 12 layout: s/img vs early ELFATT steps (from the measured phases)')
+    for image, early_steps, sec in table12(results, args):
+        print(f'{image:>5}^2  {early_steps:3d} ELFATT steps  {sec:8.3f} s/img')
+    os.makedirs(args.out, exist_ok=True)
+    csv_path = os.path.join(args.out, f'benchmark_sd_{args.device}.csv')
+    with open(csv_path, 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=list(results[0]))
+        writer.writeheader()
+        writer.writerows(results)
+    png_path = os.path.join(args.out, f'benchmark_sd_{args.device}.png')
+    plot(results, png_path)
+    print(f'wrote {csv_path} and {png_path}')
+
+
+if __name__ == '__main__':
+    main()
