@@ -49,7 +49,7 @@ def test_gradients_match_naive(T, w_scale, k_scale):
 
 
 def test_float32_long_sequence():
-    T, C = 3137, 8
+    T, C = 2049, 4
     w, u, k, v = make_inputs(T, C, B=1, w_scale=3.0 / T, k_scale=5.0,
                              dtype=torch.float32)
     ref = naive_bi_wkv(*(x.double() for x in (w, u, k, v)))

@@ -18,7 +18,7 @@ class TokenShiftMix(nn.Module):
 
     def forward(self, x, hw_shape):
         shifted = quad_token_shift(x, hw_shape)
-        return [torch.lerp(shifted, x, mu) for mu in self.mix]
+        return [torch.lerp(shifted, x, mu.to(x.dtype)) for mu in self.mix]
 
 
 class SpatialMix(nn.Module):

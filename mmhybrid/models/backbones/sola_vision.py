@@ -156,16 +156,15 @@ class SoLAVision(BaseBackbone):
                     norm_cfg=norm_cfg)
                 for j, letter in enumerate(letters)))
 
-        # bridges are keyed by target layer "stage.layer" (1-based)
+        # bridges are keyed by target layer "<stage>_<layer>" (1-based)
         self.bridges = nn.ModuleDict()
         for src, dst in routes:
-            key = f'{dst[0]}.{dst[1]}'
+            key = f'{dst[0]}_{dst[1]}'
             if key in self.bridges:
                 raise ValueError(f'two HSB routes end at {dst}')
             self.bridges[key] = HiddenStateBridge(embed_dims[src[0] - 1],
                                                   embed_dims[dst[0] - 1])
-        self._bridge_sources = {key: src for src, dst in routes
-                                for key in [f'{dst[0]}.{dst[1]}']}
+        self._bridge_sources = {f'{dst[0]}_{dst[1]}': src for src, dst in routes}
 
         for i in self.out_indices:
             self.add_module(f'norm{i}', build_norm_layer(norm_cfg,
@@ -179,7 +178,7 @@ class SoLAVision(BaseBackbone):
         if index > 1:
             parts.append(self.downsamples[index - 2])
         parts += [b for k, b in self.bridges.items()
-                  if int(k.split('.')[0]) == index]
+                  if int(k.split('_')[0]) == index]
         if index - 1 in self.out_indices:
             parts.append(getattr(self, f'norm{index - 1}'))
         return parts
@@ -213,7 +212,7 @@ class SoLAVision(BaseBackbone):
             if i > 0:
                 x, hw = self.downsamples[i - 1](x, hw)
             for j, layer in enumerate(stage):
-                key = f'{i + 1}.{j + 1}'
+                key = f'{i + 1}_{j + 1}'
                 if key in self.bridges:
                     state, state_hw = hidden[self._bridge_sources[key]]
                     x = self.run_layer(self.bridges[key], x, hw, state,
