@@ -233,3 +233,35 @@ def test_builds_from_downstream_registries(scope, cls):
     assert isinstance(model.backbone, cls)
     feats = model.extract_feat(torch.randn(1, 3, 64, 64))
     assert torch.isfinite(feats[-1]).all()
+
+
+def test_swin_accepts_mmdet_swin_kwargs_and_paramwise_keys():
+    """mmdet's Swin backbone config builds SwinELFATT by changing only ``type``, and
+    the mmseg/mmdet Swin ``paramwise_cfg`` keys select the same parameters."""
+    register_scope('mmdet')
+    from mmdet.registry import MODELS
+    swin = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[2, 2, 4, 4],
+                window_size=4, mlp_ratio=4, qkv_bias=True, qk_scale=None,
+                drop_rate=0., attn_drop_rate=0., drop_path_rate=0.2, patch_norm=True,
+                out_indices=(0, 1, 2, 3), with_cp=False, convert_weights=True,
+                use_abs_pos_embed=True, pretrain_img_size=128)
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        ref = MODELS.build(dict(type='SwinTransformer', **swin))
+        ours = MODELS.build(dict(type='mmhybrid.SwinELFATT', attn='local', **swin))
+    for key in ('absolute_pos_embed', 'relative_position_bias_table', 'norm'):
+        sizes = [sorted(p.numel() for n, p in m.named_parameters() if key in n)
+                 for m in (ref, ours)]
+        assert sizes[0] == sizes[1], key
+    assert count(ref) == count(ours)
+    # same weights -> same features wherever no padding is needed (stages 1-3 at
+    # 128^2; on padded maps we mask the padding, mmdet does not)
+    ours.load_state_dict({k.replace('.attn.w_msa.', '.attn.'): v
+                          for k, v in ref.state_dict().items()
+                          if not k.endswith('relative_position_index')})
+    ref.eval(), ours.eval()
+    x = torch.randn(1, 3, 128, 128)
+    with torch.no_grad():
+        ref_outs, our_outs = ref(x), ours(x)
+    assert [o.shape for o in ref_outs] == [o.shape for o in our_outs]
+    for a, b in zip(ref_outs[:3], our_outs[:3]):
+        torch.testing.assert_close(a, b)
