@@ -3,8 +3,10 @@
 With :math:`R = [Q K^T s]_+`, :math:`f = \\|R\\|_F` and :math:`U = R V`, the output is
 :math:`Z = U / (f + \\epsilon)`. The forward pass sweeps blocks of query rows once,
 accumulating ``U`` block by block and ``f^2`` as a running sum (the normaliser is a
-scalar per (batch, head), so it is applied after the sweep). The backward pass
-recomputes each block of ``R`` instead of storing it:
+scalar per (batch, head), so it is applied after the sweep). In fp16, whose range
+cannot hold the unnormalised ``U``, it takes two passes: ``f`` first, then each
+normalised block times ``V``. The backward pass recomputes each block of ``R``
+instead of storing it:
 
 * ``dL/df = -<G, Z> / (f + eps)`` (one reduction over the saved output),
 * ``dR = G V^T / (f + eps) + (dL/df) R / f``, ``dS = dR * [S > 0]``,
@@ -38,17 +40,30 @@ class _ChunkPureInfSA(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, scale, eps, block_elements):
         rows = _rows_per_block(q, k, block_elements)
+        blocks = _blocks(q.shape[-2], rows)
         kt = k.transpose(-2, -1)
-        out = v.new_empty(*q.shape[:-1], v.shape[-1])
         acc = _acc_dtype(q)
+        # fp16 cannot hold the unnormalised R V (sums of N scores): find the norm
+        # in a first pass and normalise each block before the product.
+        two_pass = q.dtype == torch.float16
         sq_norm = q.new_zeros(q.shape[:2], dtype=acc)
-        for start, end in _blocks(q.shape[-2], rows):
-            block = torch.relu(q[..., start:end, :] @ kt * scale)
-            sq_norm += block.to(acc).square().sum((-2, -1))
-            out[..., start:end, :] = block @ v
+        if two_pass:
+            for start, end in blocks:
+                block = torch.relu(q[..., start:end, :] @ kt * scale)
+                sq_norm += block.to(acc).square().sum((-2, -1))
         norm = sq_norm.sqrt()
-        denom = (norm + eps)[..., None, None]
-        out = (out.to(acc) / denom).to(v.dtype)
+        inv = (1 / (norm + eps))[..., None, None]
+        out = v.new_empty(*q.shape[:-1], v.shape[-1])
+        for start, end in blocks:
+            block = torch.relu(q[..., start:end, :] @ kt * scale)
+            if two_pass:
+                block = block * inv.to(block.dtype)
+            else:
+                sq_norm += block.to(acc).square().sum((-2, -1))
+            out[..., start:end, :] = block @ v
+        if not two_pass:
+            norm = sq_norm.sqrt()
+            out = (out.to(acc) / (norm + eps)[..., None, None]).to(v.dtype)
         ctx.save_for_backward(q, k, v, out, norm)
         ctx.scale, ctx.eps, ctx.rows = scale, eps, rows
         return out
