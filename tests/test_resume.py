@@ -10,10 +10,10 @@ import pytest
 import torch
 from mmengine.hooks import Hook
 
-from _toy_runner import toy_config
+from _toy_runner import build_toy_runner, toy_config
 from mmhybrid.models.backbones.sola_vision import SoLAVision
 from mmhybrid.models.utils import load_pretrained
-from mmhybrid.utils import build_runner, trusted_checkpoints
+from mmhybrid.utils import trusted_checkpoints
 
 CONFIG = (Path(__file__).resolve().parents[1] /
           'configs/sola/demo/upernet_sola-t_toy-ade.py')
@@ -47,7 +47,7 @@ class RecordStart(Hook):
 
 
 def _cfg(toy_data, work_dir):
-    cfg = toy_config(CONFIG, toy_data, work_dir, iters=4)
+    cfg = toy_config(CONFIG, toy_data, work_dir, iters=4, validate=False)
     cfg.default_hooks.checkpoint = dict(type='CheckpointHook', by_epoch=False,
                                         interval=2)
     return cfg
@@ -57,7 +57,7 @@ def _cfg(toy_data, work_dir):
 def interrupted(toy_data, tmp_path_factory):
     """Work dir of a 4-iteration run interrupted after iteration 2."""
     work_dir = tmp_path_factory.mktemp('interrupted')
-    runner = build_runner(_cfg(toy_data, work_dir))
+    runner = build_toy_runner(_cfg(toy_data, work_dir), iters=4)
     runner.register_hook(InterruptAfter(2))
     with pytest.raises(Interrupt):
         runner.train()
@@ -69,7 +69,7 @@ def test_resume_continues_from_checkpoint(toy_data, interrupted):
     work_dir, state_at_2 = interrupted
     cfg = _cfg(toy_data, work_dir)
     cfg.resume = True  # latest checkpoint of the work dir
-    runner = build_runner(cfg)
+    runner = build_toy_runner(cfg, iters=4)
     start = RecordStart()
     runner.register_hook(start)
     runner.train()

@@ -8,9 +8,13 @@ def disable_mmpretrain_multimodal():
     """mmpretrain's multimodal models fail to import with transformers 5.x.
 
     mmpretrain switches them on whenever ``transformers`` is installed (diffusers
-    needs it); they must be switched off before ``mmpretrain.models`` is imported.
+    needs it); they must be switched off before ``mmpretrain.models`` is imported,
+    which mmseg and mmdet also import. Called by ``import mmhybrid``.
     """
-    from mmpretrain.utils import dependency
+    try:
+        from mmpretrain.utils import dependency
+    except ImportError:
+        return
     dependency.WITH_MULTIMODAL = False
 
 
