@@ -1,4 +1,4 @@
-"""InfSA ops (Roffo & Palmer): fast paths against the naive formulas, and the spectra."""
+"""InfSA ops (Roffo & Palmer): fast paths vs the naive formulas, and the spectra."""
 import pytest
 import torch
 

@@ -170,8 +170,9 @@ def main():
     text = table(rows, args)
     device = (torch.cuda.get_device_name() if args.device == 'cuda' else
               f'CPU ({os.cpu_count()} cores, {torch.get_num_threads()} threads)')
+    peak = 'max allocated' if args.device == 'cuda' else 'process RSS'
     title = (f'InfViT {args.depth}L inference, batch {args.batch}, {args.dtype}, '
-             f'{device}; peak = {"max allocated" if args.device == "cuda" else "process RSS"}')
+             f'{device}; peak = {peak}')
     print(title)
     print(text)
     os.makedirs(args.out, exist_ok=True)

@@ -27,7 +27,7 @@ def register_pure_infsa_backend(name, fn, default_for=()):
 
 
 def pure_infsa(q, k, v, scale=None, eps=1e-6, backend=None):
-    r"""One Pure InfSA layer: :math:`\frac{[Q K^T s]_+}{\|[Q K^T s]_+\|_F + \epsilon} V`.
+    r"""One Pure InfSA layer, :math:`\frac{[Q K^T s]_+}{\|[Q K^T s]_+\|_F+\epsilon} V`.
 
     Args:
         q, k, v (Tensor): (B, heads, N, d) (``v`` may have its own last dim).

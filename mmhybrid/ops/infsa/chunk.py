@@ -1,4 +1,4 @@
-"""Pure InfSA (Eq. 11-12) without an N x N buffer: query-row chunks, recomputed backward.
+"""Pure InfSA (Eq. 11-12) without an N x N buffer: row blocks, recomputing backward.
 
 With :math:`R = [Q K^T s]_+`, :math:`f = \\|R\\|_F` and :math:`U = R V`, the output is
 :math:`Z = U / (f + \\epsilon)`. The forward pass sweeps blocks of query rows once,

@@ -29,7 +29,7 @@ def linear_infsa_weights(q, k, eps=1e-6):
 
 
 def linear_infsa_context(q, k, v, eps=1e-6):
-    r"""Pooled value context :math:`h = \sum_t a_t V_t` (Eq. 21), shape (B, heads, 1, d).
+    r"""Pooled value context :math:`h = \sum_t a_t V_t` (Eq. 21): (B, heads, 1, d).
 
     Half-precision inputs are accumulated in fp32; returned in the dtype of ``v``.
     """
