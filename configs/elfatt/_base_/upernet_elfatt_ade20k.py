@@ -1,0 +1,22 @@
+# UPerNet on ADE20K, 512x512, 160k iterations (ELFATT Table 2 / Sec. 4: the
+# VMamba/Swin recipe, AdamW lr 6e-5, wd 0.01, poly, 1500 warm-up iterations,
+# 16 images per iteration). Variants set the backbone class, arch, attention
+# plan, drop path and the head in_channels. Fine-tune from your ImageNet-1K
+# weights (configs/elfatt/*_in1k.py, or an official Swin/CSWin checkpoint
+# converted with tools/convert/) with
+#   --cfg-options model.backbone.init_cfg.type=Pretrained \
+#                 model.backbone.init_cfg.checkpoint=<checkpoint>
+_base_ = ['../../_base_/recipes/upernet_ade20k_160k.py']
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='mmhybrid.CSWin',
+        arch='t',
+        attn='elfatt',
+        out_indices=(0, 1, 2, 3),
+        with_cp=False))
+
+optim_wrapper = dict(
+    paramwise_cfg=dict(
+        custom_keys={'relative_position_bias_table': dict(decay_mult=0.)}))

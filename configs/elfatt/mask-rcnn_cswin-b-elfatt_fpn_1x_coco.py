@@ -1,0 +1,6 @@
+_base_ = ['./_base_/mask-rcnn_elfatt_fpn_1x_coco.py']
+
+model = dict(
+    backbone=dict(
+        type='mmhybrid.CSWin', arch='b', attn='elfatt', drop_path_rate=0.5),
+    neck=dict(in_channels=[96, 192, 384, 768]))

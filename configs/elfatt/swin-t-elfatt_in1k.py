@@ -1,0 +1,6 @@
+_base_ = ['./_base_/elfatt_in1k.py']
+
+model = dict(
+    backbone=dict(
+        type='mmhybrid.SwinELFATT', arch='t', attn='elfatt', drop_path_rate=0.2),
+    head=dict(in_channels=768))

@@ -1,0 +1,7 @@
+_base_ = ['./_base_/upernet_elfatt_ade20k.py']
+
+model = dict(
+    backbone=dict(
+        type='mmhybrid.SwinELFATT', arch='t', attn='local', drop_path_rate=0.3),
+    decode_head=dict(in_channels=[96, 192, 384, 768]),
+    auxiliary_head=dict(in_channels=384))
