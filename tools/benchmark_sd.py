@@ -1,17 +1,20 @@
-"""Time and memory of one Stable Diffusion 1.5 UNet call with ELFATT-SD and friends.
+"""Time and memory of Stable Diffusion 1.5 with ELFATT-SD, ToMe-SD and Agent-SD.
 
 The UNet is the SD 1.5 architecture with random weights (nothing downloaded). Rows
 follow Tables 10-12 of the ELFATT paper: baseline SDPA, ToMe-SD, Agent-SD (agent
-attention in every head) and ELFATT-SD across merge ratios and block sizes. Patched
-methods are timed in both phases: ``early`` (the first ``--elfatt-steps`` of the
-schedule, agent/ELFATT attention on merged tokens) and ``late`` (ToMe-SD only);
-``s_per_img`` combines them over ``--steps`` steps with classifier-free guidance
-(the UNet batch is 2 x ``--batch``). ``rel_diff`` is ||out - baseline|| / ||baseline||
-of the same call. Peak memory is measured on CUDA only (activation peak of the call,
-per image). Prints tables, writes CSV and PNG.
+attention in every head) and ELFATT-SD across merge ratios and block sizes, in two
+scopes: ``unet`` (one UNet call) and ``attention`` (one full-resolution self-attention
+layer, ``down_blocks.0...attn1``, the only kind of layer the patch changes; merge and
+unmerge included). Patched methods are timed in both phases: ``early`` (the first
+``--elfatt-steps`` of the schedule: agent/ELFATT attention on merged tokens) and
+``late`` (ToMe-SD only). The batch holds 2 x ``--batch`` latents (classifier-free
+guidance). ``s_per_img`` combines the phases over ``--steps`` steps (unet scope).
+``rel_diff`` is ||out - baseline|| / ||baseline|| of the same call. Peak memory is the
+activation peak of a call per image, measured on CUDA only. Prints a table, writes
+CSV and PNG.
 
-    python tools/benchmark_sd.py --device cuda --dtype fp16 --latents 64 128 --batch 4
-    python tools/benchmark_sd.py --reduced     # CPU: 256^2 and 512^2 images, few rows
+    python tools/benchmark_sd.py                       # GPU: 512^2 and 1024^2, fp16
+    python tools/benchmark_sd.py --device cpu --reduced
 """
 import argparse
 import csv
@@ -21,7 +24,7 @@ import time
 
 import torch
 
-from mmhybrid.diffusion import apply_patch, remove_patch
+from mmhybrid.diffusion import ToMeElfattProcessor, apply_patch, remove_patch
 
 SD15_UNET = dict(
     sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
@@ -36,10 +39,12 @@ def parse_args():
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--dtype', default=None, choices=['fp32', 'fp16', 'bf16'],
                    help='default: fp16 on CUDA, fp32 on CPU')
-    p.add_argument('--latents', type=int, nargs='+', default=[64, 128],
-                   help='latent sizes (image = 8x): 64 -> 512^2, 128 -> 1024^2')
+    p.add_argument('--unet-latents', type=int, nargs='*', default=[64, 128],
+                   help='latent sizes of the unet scope (image = 8x latent)')
+    p.add_argument('--attn-latents', type=int, nargs='*', default=[64, 128],
+                   help='latent sizes of the attention scope')
     p.add_argument('--batch', type=int, default=4, help='images per call (x2 for CFG)')
-    p.add_argument('--ratios', type=float, nargs='+', default=[0.1, 0.3, 0.5])
+    p.add_argument('--ratios', type=float, nargs='+', default=[0.1, 0.2, 0.3, 0.4, 0.5])
     p.add_argument('--block-sizes', type=int, nargs='+', default=[32, 56, 81, 128, 227, 512],
                    help='ELFATT block sizes swept at the largest ratio (Table 11)')
     p.add_argument('--block-size', type=int, default=128, help='block size of the ratio sweep')
@@ -49,41 +54,16 @@ def parse_args():
     p.add_argument('--elfatt-steps', type=float, default=0.2)
     p.add_argument('--repeats', type=int, default=5)
     p.add_argument('--reduced', action='store_true',
-                   help='CPU mode: latents 32 and 64, batch 1, ratio 0.5, block 128, 2 repeats')
+                   help='CPU mode: unet at 256^2, attention at 512^2 and 1024^2, one image, '
+                   'ratio 0.5, block 128, 2 repeats')
     p.add_argument('--out', default='work_dirs/benchmark_sd')
     args = p.parse_args()
     if args.reduced:
-        args.latents, args.batch, args.ratios = [32, 64], 1, [0.5]
-        args.block_sizes, args.repeats = [128], 2
+        args.unet_latents, args.attn_latents, args.batch = [32], [64, 128], 1
+        args.ratios, args.block_sizes, args.repeats = [0.5], [128], 2
     if args.dtype is None:
         args.dtype = 'fp16' if args.device == 'cuda' else 'fp32'
     return args
-
-
-def sync(device):
-    if device == 'cuda':
-        torch.cuda.synchronize()
-
-
-@torch.inference_mode()
-def measure(unet, inputs, t, repeats, device):
-    """Median seconds per call, CUDA activation peak in MiB, and the output."""
-    sample, context = inputs
-    unet(sample, t, encoder_hidden_states=context)  # warm-up
-    sync(device)
-    if device == 'cuda':
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        out = unet(sample, t, encoder_hidden_states=context).sample
-        sync(device)
-        times.append(time.perf_counter() - start)
-    peak = ((torch.cuda.max_memory_allocated() - before) / 2**20
-            if device == 'cuda' else float('nan'))
-    return sorted(times)[len(times) // 2], peak, out.float()
 
 
 def methods(args):
@@ -93,32 +73,82 @@ def methods(args):
         rows.append(('ToMe-SD', ratio, None, dict(ratio=ratio, elfatt_steps=0.0)))
         rows.append(('Agent-SD', ratio, None, dict(ratio=ratio, mode='agent')))
         rows.append(('ELFATT-SD', ratio, args.block_size,
-                     dict(ratio=ratio, mode='elfatt', block_size=args.block_size)))
+                     dict(ratio=ratio, block_size=args.block_size)))
     top = max(args.ratios)
-    for block_size in args.block_sizes:
-        if block_size != args.block_size:
-            rows.append(('ELFATT-SD', top, block_size,
-                         dict(ratio=top, mode='elfatt', block_size=block_size)))
+    rows += [('ELFATT-SD', top, b, dict(ratio=top, block_size=b))
+             for b in args.block_sizes if b != args.block_size]
     return rows
 
 
-def run_latent(unet, scheduler, latent, args, dtype):
+def unet_scope(unet, latent, args, dtype):
+    """A UNet call at ``latent``; the patch's hook tracks the step itself."""
     g = torch.Generator().manual_seed(0)
     n = 2 * args.batch
-    inputs = (torch.randn(n, 4, latent, latent, generator=g).to(args.device, dtype),
-              torch.randn(n, 77, 768, generator=g).to(args.device, dtype))
+    sample = torch.randn(n, 4, latent, latent, generator=g).to(args.device, dtype)
+    context = torch.randn(n, 77, 768, generator=g).to(args.device, dtype)
+    return lambda t: unet(sample, t, encoder_hidden_states=context).sample
+
+
+def attention_scope(unet, latent, args, dtype):
+    """The first full-resolution self-attention layer on its own; the step the
+    UNet hook would record is fed to the patch's tracker by hand."""
+    attn = unet.down_blocks[0].attentions[0].transformer_blocks[0].attn1
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2 * args.batch, latent * latent, attn.query_dim,
+                         generator=g).to(args.device, dtype)
+    shape_only = torch.empty(1, 4, latent, latent)
+
+    def call(t):
+        if isinstance(attn.processor, ToMeElfattProcessor):
+            attn.processor.tracker(None, (shape_only, t), {})
+        return attn(hidden)
+    return call
+
+
+def sync(device):
+    if device == 'cuda':
+        torch.cuda.synchronize()
+
+
+@torch.inference_mode()
+def measure(call, t, repeats, device):
+    """Median seconds per call, CUDA activation peak in MiB, and the output.
+
+    On CUDA one warm-up call runs first; on the CPU the baseline's first call
+    warms the shared kernels (a UNet call there takes tens of seconds).
+    """
+    if device == 'cuda':
+        call(t)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        out = call(t)
+        sync(device)
+        times.append(time.perf_counter() - start)
+    peak = ((torch.cuda.max_memory_allocated() - before) / 2**20
+            if device == 'cuda' else float('nan'))
+    return sorted(times)[len(times) // 2], peak, out.float()
+
+
+def run(scope, make_call, unet, scheduler, latent, args, dtype):
+    call = make_call(unet, latent, args, dtype)
     t_early, t_late = scheduler.timesteps[0], scheduler.timesteps[-1]
     num_early = math.floor(args.elfatt_steps * args.steps + 0.5)
     results, baseline = [], {}
     for method, ratio, block_size, kwargs in methods(args):
         if kwargs is not None:
+            kwargs = dict(kwargs)
             apply_patch(unet, elfatt_steps=kwargs.pop('elfatt_steps', args.elfatt_steps),
                         agent_tokens=args.agent_tokens, scheduler=scheduler, **kwargs)
         phases = {}
         for phase, t in (('early', t_early), ('late', t_late)):
             if method == 'ToMe-SD' and phase == 'early':
-                continue  # ToMe-SD has one phase
-            sec, peak, out = measure(unet, inputs, t, args.repeats, args.device)
+                continue  # one phase only
+            sec, peak, out = measure(call, t, args.repeats, args.device)
             if kwargs is None:
                 baseline[phase] = out
             diff = float((out - baseline[phase]).norm() / baseline[phase].norm())
@@ -129,27 +159,29 @@ def run_latent(unet, scheduler, latent, args, dtype):
                    (args.steps - num_early) * phases['late'][0]) / args.batch
         for phase, (sec, peak, diff) in phases.items():
             results.append(dict(
-                latent=latent, image=8 * latent, batch=args.batch, method=method,
-                ratio=ratio, block_size=block_size or '', phase=phase,
+                scope=scope, image=8 * latent, tokens=latent * latent, batch=args.batch,
+                method=method, ratio=ratio, block_size=block_size or '', phase=phase,
                 ms_per_call=round(1e3 * sec, 2),
                 peak_mib_per_img=round(peak / args.batch, 1) if peak == peak else '',
-                rel_diff=f'{diff:.4f}', s_per_img=round(per_img, 3)))
-        r = results[-1]
-        print(f"{8 * latent:>5}^2 {method:<14} ratio {ratio:<4} block {str(block_size or '-'):>4}"
-              f"  early {1e3 * phases['early'][0]:9.1f} ms  late {1e3 * phases['late'][0]:9.1f} ms"
-              f"  {r['s_per_img']:8.3f} s/img  diff {phases['early'][2]:.4f}", flush=True)
+                rel_diff=f'{diff:.4f}',
+                s_per_img=round(per_img, 3) if scope == 'unet' else ''))
+        early, late = phases['early'], phases['late']
+        print(f"{scope:<9} {8 * latent:>4}^2 {method:<13} {ratio:<4} {str(block_size or '-'):>4}"
+              f" | early {1e3 * early[0]:9.1f} ms {early[1] / args.batch:8.1f} MiB/img "
+              f"diff {early[2]:.4f} | late {1e3 * late[0]:9.1f} ms {late[1] / args.batch:8.1f}"
+              f" MiB/img diff {late[2]:.4f}", flush=True)
     return results
 
 
 def table12(results, args):
-    """Per-image time vs the number of ELFATT steps, from the measured phases."""
+    """(image, ELFATT steps, s/img) of ELFATT-SD at the largest ratio, derived from
+    the measured early and late UNet calls."""
     rows = []
     for r in results:
-        if r['method'] == 'ELFATT-SD' and r['phase'] == 'early' and (
-                r['ratio'] == max(args.ratios) and r['block_size'] == args.block_size):
-            late = next(x for x in results if x['latent'] == r['latent'] and x is not r
-                        and x['method'] == 'ELFATT-SD' and x['phase'] == 'late'
-                        and x['ratio'] == r['ratio'] and x['block_size'] == r['block_size'])
+        if (r['scope'], r['method'], r['phase'], r['ratio'], r['block_size']) == (
+                'unet', 'ELFATT-SD', 'early', max(args.ratios), args.block_size):
+            late = next(x for x in results if x['phase'] == 'late' and all(
+                x[k] == r[k] for k in ('scope', 'image', 'method', 'ratio', 'block_size')))
             for early_steps in range(0, args.steps // 2 + 1, max(1, args.steps // 10)):
                 sec = (early_steps * r['ms_per_call'] +
                        (args.steps - early_steps) * late['ms_per_call']) / 1e3 / args.batch
@@ -158,17 +190,17 @@ def table12(results, args):
 
 
 def label(r):
-    return f"{r['method']}\n{r['ratio']}" + (f"/b{r['block_size']}" if r['block_size'] else '')
+    return f"{r['method']} {r['ratio']}" + (f" b{r['block_size']}" if r['block_size'] else '')
 
 
 def plot(results, path):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    latents = sorted({r['latent'] for r in results})
-    fig, axes = plt.subplots(1, len(latents), figsize=(7 * len(latents), 4.5), squeeze=False)
-    for ax, latent in zip(axes[0], latents):
-        rows = [r for r in results if r['latent'] == latent]
+    panels = list(dict.fromkeys((r['scope'], r['image']) for r in results))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
+    for ax, (scope, image) in zip(axes[0], panels):
+        rows = [r for r in results if (r['scope'], r['image']) == (scope, image)]
         labels = list(dict.fromkeys(label(r) for r in rows))
         for i, phase in enumerate(('early', 'late')):
             ms = {label(r): r['ms_per_call'] for r in rows if r['phase'] == phase}
@@ -176,8 +208,8 @@ def plot(results, path):
                    [ms.get(lab, 0) for lab in labels], width=0.4, label=f'{phase} steps')
         ax.set_xticks([x + 0.2 for x in range(len(labels))])
         ax.set_xticklabels(labels, rotation=90, fontsize=7)
-        ax.set_ylabel('ms per UNet call')
-        ax.set_title(f'SD 1.5 UNet, {8 * latent}^2 image')
+        ax.set_ylabel('ms per call')
+        ax.set_title(f'SD 1.5 {scope} call, {image}^2 image')
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -195,20 +227,23 @@ def main():
     print(f'SD 1.5 UNet (random weights), {args.device} {args.dtype}, {args.batch} image(s) '
           f'x2 (CFG), {args.steps} steps, ELFATT in the first {args.elfatt_steps:.0%}')
     results = []
-    for latent in args.latents:
-        results += run_latent(unet, scheduler, latent, args, dtype)
-    print('\nTable 12 layout: s/img vs early ELFATT steps (from the measured phases)')
-    for image, early_steps, sec in table12(results, args):
-        print(f'{image:>5}^2  {early_steps:3d} ELFATT steps  {sec:8.3f} s/img')
+    for latent in args.attn_latents:
+        results += run('attention', attention_scope, unet, scheduler, latent, args, dtype)
+    for latent in args.unet_latents:
+        results += run('unet', unet_scope, unet, scheduler, latent, args, dtype)
+    rows = table12(results, args)
+    if rows:
+        print('\nTable 12 layout: s/img vs ELFATT steps (from the measured unet phases)')
+        for image, early_steps, sec in rows:
+            print(f'{image:>5}^2  {early_steps:3d} ELFATT steps  {sec:8.3f} s/img')
     os.makedirs(args.out, exist_ok=True)
-    csv_path = os.path.join(args.out, f'benchmark_sd_{args.device}.csv')
-    with open(csv_path, 'w', newline='') as f:
+    stem = os.path.join(args.out, f'benchmark_sd_{args.device}')
+    with open(stem + '.csv', 'w', newline='') as f:
         writer = csv.DictWriter(f, fieldnames=list(results[0]))
         writer.writeheader()
         writer.writerows(results)
-    png_path = os.path.join(args.out, f'benchmark_sd_{args.device}.png')
-    plot(results, png_path)
-    print(f'wrote {csv_path} and {png_path}')
+    plot(results, stem + '.png')
+    print(f'wrote {stem}.csv and {stem}.png')
 
 
 if __name__ == '__main__':
