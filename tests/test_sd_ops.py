@@ -1,5 +1,8 @@
 """Ops of ELFATT-SD: ToMe matching/merge, agent attention, ELFATT-SD head split,
 each against a plain reference."""
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -110,3 +113,11 @@ def test_elfatt_sd_attention_head_split(heads, global_heads, N, bs):
     ref = torch.cat([naive_agent_attention(q[:, :g], k[:, :g], v[:, :g], a),
                      naive_block_attention(q[:, g:], k[:, g:], v[:, g:], bs)], dim=1)
     torch.testing.assert_close(out, ref)
+
+
+def test_mmhybrid_diffusion_imports_without_diffusers():
+    code = ("import sys; sys.modules['diffusers'] = None; "
+            "import mmhybrid.diffusion; print(mmhybrid.diffusion.apply_patch.__name__)")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith('apply_patch')

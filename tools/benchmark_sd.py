@@ -58,9 +58,10 @@ def parse_args():
                    'ratio 0.5, block 128, 2 repeats')
     p.add_argument('--out', default='work_dirs/benchmark_sd')
     args = p.parse_args()
-    if args.reduced:
-        args.unet_latents, args.attn_latents, args.batch = [32], [64, 128], 1
-        args.ratios, args.block_sizes, args.repeats = [0.5], [128], 2
+    if args.reduced:  # new defaults; options given on the command line still win
+        p.set_defaults(unet_latents=[32], attn_latents=[64, 128], batch=1, ratios=[0.5],
+                       block_sizes=[128], repeats=2)
+        args = p.parse_args()
     if args.dtype is None:
         args.dtype = 'fp16' if args.device == 'cuda' else 'fp32'
     return args
