@@ -77,7 +77,8 @@ class ToMeElfattProcessor:
             return t.unflatten(-1, (heads, -1)).transpose(1, 2)
 
         q, k, v = split_heads(attn.to_q(x)), split_heads(attn.to_k(x)), split_heads(attn.to_v(x))
-        agents = split_heads(attn.to_q(pool_agent_tokens(full, hw, agent_grid(hw, self.agent_tokens))))
+        pooled = pool_agent_tokens(full, hw, agent_grid(hw, self.agent_tokens))
+        agents = split_heads(attn.to_q(pooled))
         if attn.norm_q is not None:
             q, agents = attn.norm_q(q), attn.norm_q(agents)
         if attn.norm_k is not None:
