@@ -47,7 +47,7 @@ class StepTracker:
         if timesteps is None:
             raise RuntimeError('scheduler.timesteps is not set: call '
                                'scheduler.set_timesteps() before the UNet')
-        distance = (timesteps.detach().to('cpu', torch.float64) - t).abs()
+        distance = (torch.as_tensor(timesteps).detach().to('cpu', torch.float64) - t).abs()
         self.step_index = int(distance.argmin())
         self.num_steps = len(timesteps)
         num_elfatt = math.floor(self.elfatt_steps * self.num_steps + 0.5)
