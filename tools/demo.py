@@ -46,6 +46,13 @@ def majority_miou(ann_dir):
     return 100 * counts.max() / counts.sum() / present
 
 
+def val_metrics(runner):
+    """The metrics of the validation that ends training."""
+    hub = runner.message_hub
+    return {k[len('val/'):]: v.current() for k, v in hub.log_scalars.items()
+            if k.startswith('val/')}
+
+
 def train_segmentation(args, data_root):
     cfg = load_config(SEG_CONFIG, work_dir=osp.join(args.out, 'seg'),
                       options=dict(data_root=data_root))
@@ -57,8 +64,8 @@ def train_segmentation(args, data_root):
     cfg.default_hooks.visualization = dict(
         type='SegVisualizationHook', draw=True, interval=4)
     runner = build_runner(cfg)
-    runner.train()
-    metrics = runner.test()
+    runner.train()  # validates at the end
+    metrics = val_metrics(runner)
     backbone = osp.join(args.out, 'seg', 'sola-t_toy-ade_backbone.pth')
     torch.save(runner.model.backbone.state_dict(), backbone)
     pictures = sorted(glob.glob(
@@ -74,11 +81,11 @@ def train_detection(args, data_root, backbone):
     if args.det_epochs:
         cfg.train_cfg.max_epochs = cfg.train_cfg.val_interval = args.det_epochs
         cfg.param_scheduler[-1].end = args.det_epochs
-        cfg.param_scheduler[-1].milestones = [max(args.det_epochs - 2, 1)]
+        cfg.param_scheduler[-1].milestones = [args.det_epochs - 1]
         cfg.default_hooks.checkpoint.interval = args.det_epochs
     runner = build_runner(cfg)
-    runner.train()
-    return runner.test()
+    runner.train()  # validates at the end
+    return val_metrics(runner)
 
 
 def main():
@@ -87,9 +94,9 @@ def main():
     parser.add_argument('--data', default='data/toy',
                         help='toy datasets (written if missing)')
     parser.add_argument('--seg-iters', type=int,
-                        help='segmentation iterations (config: 300)')
+                        help='segmentation iterations (config: 120)')
     parser.add_argument('--det-epochs', type=int,
-                        help='detection epochs (config: 8)')
+                        help='detection epochs (config: 3)')
     args = parser.parse_args()
     start = time.time()
 

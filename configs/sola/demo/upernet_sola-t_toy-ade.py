@@ -37,11 +37,11 @@ val_dataloader = dict(
 test_dataloader = val_dataloader
 
 # from scratch in a few hundred iterations: larger lr, short warm-up
-max_iters = 300
+max_iters = 120
 optim_wrapper = dict(optimizer=dict(lr=1e-3))
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-2, by_epoch=False, begin=0, end=30),
-    dict(type='PolyLR', eta_min=0., power=1.0, begin=30, end=max_iters,
+    dict(type='LinearLR', start_factor=1e-2, by_epoch=False, begin=0, end=20),
+    dict(type='PolyLR', eta_min=0., power=1.0, begin=20, end=max_iters,
          by_epoch=False),
 ]
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
