@@ -34,7 +34,7 @@ def test_ade20k_dataset_and_pipeline(toy_data):
     pipeline = [
         dict(type='LoadImageFromFile'),
         dict(type='LoadAnnotations', reduce_zero_label=True),
-        dict(type='RandomResize', scale=(256, 64), ratio_range=(0.5, 2.0),
+        dict(type='RandomResize', scale=(256, 64), ratio_range=(1.0, 2.0),
              keep_ratio=True),
         dict(type='RandomCrop', crop_size=(64, 64), cat_max_ratio=0.75),
         dict(type='RandomFlip', prob=0.5),
