@@ -106,7 +106,7 @@ class RecordMetrics(Hook):
 
 @pytest.fixture(autouse=True)
 def cheap_config_text(monkeypatch):
-    """Skip yapf formatting of the config the Runner logs and dumps (~0.5 s a call)."""
+    """Skip yapf formatting of the config the Runner logs and dumps (~0.5 s)."""
     monkeypatch.setattr(Config, 'pretty_text',
                         property(lambda self: repr(self._cfg_dict)))
 

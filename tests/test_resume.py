@@ -88,7 +88,7 @@ def test_untrusted_full_checkpoint_refused_bare_state_dict_loads(
     work_dir, _ = interrupted
     full = str(work_dir / 'iter_2.pth')
     backbone = SoLAVision('t')
-    with pytest.raises(RuntimeError, match='resume with --resume'):
+    with pytest.raises(RuntimeError, match='not unpickled'):
         load_pretrained(backbone, full)
     state = torch.load(full, map_location='cpu',
                        weights_only=False)['state_dict']

@@ -85,7 +85,7 @@ def _polygon(kind, cx, cy, r, angle):
 
 
 def paint_shape(img, kind, cx, cy, r, angle, rng):
-    """Paint shape ``kind`` with its texture into ``img``; returns (polygon, mask)."""
+    """Paint shape ``kind`` with its texture into ``img``; (polygon, mask)."""
     h, w = img.shape[:2]
     poly = _polygon(kind, cx, cy, r, angle)
     mask = np.zeros((h, w), np.uint8)
