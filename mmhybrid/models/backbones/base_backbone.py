@@ -2,6 +2,7 @@
 import torch.nn as nn
 import torch.utils.checkpoint as cp
 from mmengine.model import BaseModule
+from mmengine.model.weight_init import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..utils import load_pretrained
@@ -10,9 +11,9 @@ from ..utils import load_pretrained
 class BaseBackbone(BaseModule):
     """``frozen_stages``, ``norm_eval``, ``with_cp`` and Pretrained ``init_cfg``.
 
-    Subclasses implement :meth:`stage_parts` (what stage ``i`` owns; 0 is the stem)
-    and :meth:`init_scratch`, and call :meth:`run_layer` for each layer so that
-    ``with_cp`` applies.
+    Subclasses implement :meth:`stage_parts` (what stage ``i`` owns; 0 is the stem),
+    extend :meth:`init_scratch` with their own parameters, and call
+    :meth:`run_layer` for each layer so that ``with_cp`` applies.
 
     Args:
         frozen_stages (int): -1 trains everything; 0 freezes the stem; n > 0 also
@@ -42,8 +43,19 @@ class BaseBackbone(BaseModule):
         raise NotImplementedError
 
     def init_scratch(self):
-        """Initialise weights for training from scratch."""
-        raise NotImplementedError
+        """Transformer defaults for training from scratch: truncated-normal (0.02)
+        linear weights and position embeddings, zero biases, unit LayerNorms."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                trunc_normal_(m.weight, std=.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        for key in self.pos_embed_keys:
+            if getattr(self, key, None) is not None:
+                trunc_normal_(getattr(self, key), std=.02)
 
     @staticmethod
     def convert_checkpoint(state_dict):

@@ -134,18 +134,10 @@ class HierarchicalAttentionBackbone(BaseBackbone):
         return parts
 
     def init_scratch(self):
+        super().init_scratch()
         for m in self.modules():
-            if isinstance(m, nn.Linear):
-                trunc_normal_(m.weight, std=.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, ShiftedWindowAttention):
+            if isinstance(m, ShiftedWindowAttention):
                 trunc_normal_(m.relative_position_bias_table, std=.02)
-        if self.absolute_pos_embed is not None:
-            trunc_normal_(self.absolute_pos_embed, std=.02)
 
     def forward(self, x):
         x, hw_shape = self.patch_embed(x)

@@ -142,18 +142,11 @@ class InfViT(BaseBackbone):
         return parts
 
     def init_scratch(self):
-        trunc_normal_(self.pos_embed, std=0.02)
+        super().init_scratch()
         if self.cls_token is not None:
             trunc_normal_(self.cls_token, std=0.02)
         for m in self.modules():
-            if isinstance(m, nn.Linear):
-                trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, InfSAttention):
+            if isinstance(m, InfSAttention):
                 m.reset_gamma()
 
     def convert_checkpoint(self, state_dict):

@@ -10,7 +10,6 @@ import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
-from mmengine.model.weight_init import trunc_normal_
 
 from mmhybrid.layers import HiddenStateBridge, SoftmaxLayer, WKVLayer
 from mmhybrid.registry import register_model
@@ -184,15 +183,7 @@ class SoLAVision(BaseBackbone):
         return parts
 
     def init_scratch(self):
-        trunc_normal_(self.pos_embed, std=0.02)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        super().init_scratch()
         wkv_layers = [m for m in self.modules() if isinstance(m, WKVLayer)]
         for i, layer in enumerate(wkv_layers):
             layer.init_decay(i / max(len(wkv_layers) - 1, 1))
