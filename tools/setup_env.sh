@@ -43,7 +43,7 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   log "creating $VENV with $PYTHON"
   "$PYTHON" -m venv "${venv_flags[@]}" "$VENV"
 fi
-PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+PIP=("$VENV/bin/python" -m pip install -qq --disable-pip-version-check)
 VPY="$VENV/bin/python"
 
 if ! "$VPY" -c 'import torch, torchvision' 2>/dev/null; then
@@ -60,7 +60,7 @@ if ! "$VPY" -c 'import mmcv, mmcv.ops' 2>/dev/null; then
   if ! ls "$wheel_dir"/mmcv-*.whl >/dev/null 2>&1; then
     log "building mmcv $MMCV_VERSION with ops against $key (once; ~20-30 min on 2 cores)"
     src=$(mktemp -d)
-    "$VPY" -m pip download -q --no-deps --no-binary :all: "mmcv==$MMCV_VERSION" -d "$src"
+    "$VPY" -m pip download -qq --no-deps --no-binary :all: "mmcv==$MMCV_VERSION" -d "$src"
     tar -xzf "$src"/mmcv-*.tar.gz -C "$src"
     # torch >= 2.14 headers need C++20; mmcv 2.1.0 hard-codes -std=c++17.
     if "$VPY" -c 'import torch, sys; v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(v < (2, 14))'; then
@@ -71,7 +71,7 @@ if ! "$VPY" -c 'import mmcv, mmcv.ops' 2>/dev/null; then
       build_env+=(FORCE_CUDA=1)
     fi
     mkdir -p "$wheel_dir"
-    env "${build_env[@]}" "$VPY" -m pip wheel -q --no-build-isolation --no-deps \
+    env "${build_env[@]}" "$VPY" -m pip wheel -qq --no-build-isolation --no-deps \
       "$src/mmcv-$MMCV_VERSION" -w "$src/wheel"
     mv "$src"/wheel/mmcv-*.whl "$wheel_dir/"
     rm -rf "$src"
