@@ -57,3 +57,6 @@ train_cfg = dict(max_epochs=max_epochs, val_interval=max_epochs)
 default_hooks = dict(
     logger=dict(interval=5),
     checkpoint=dict(interval=max_epochs, max_keep_ckpts=1))
+
+# reproducible demo figures
+randomness = dict(seed=0)

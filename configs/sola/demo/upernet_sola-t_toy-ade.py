@@ -48,3 +48,6 @@ train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
 default_hooks = dict(
     logger=dict(interval=10),
     checkpoint=dict(interval=max_iters, max_keep_ckpts=1))
+
+# reproducible demo figures
+randomness = dict(seed=0)
