@@ -13,6 +13,8 @@ from mmhybrid.layers import (CrossShapedWindowAttention, ELFATTAttention,
 from mmhybrid.models.backbones import CSWin, SwinELFATT
 from mmhybrid.utils import register_scope
 
+from _downstream import downstream_model_cfg
+
 TINY = {
     SwinELFATT: dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 2, 4, 4)),
     CSWin: dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 2, 4, 4),
@@ -193,41 +195,16 @@ def test_errors():
 
 # ------------------------------------------------------ downstream registries
 NECK_IN = [16, 32, 64, 128]
-MODEL_CFGS = {
-    'mmseg': dict(
-        type='EncoderDecoder',
-        data_preprocessor=dict(type='SegDataPreProcessor', size=(64, 64)),
-        decode_head=dict(type='UPerHead', in_channels=NECK_IN, in_index=[0, 1, 2, 3],
-                         channels=16, num_classes=5, pool_scales=(1, 2))),
-    'mmdet': dict(
-        type='RetinaNet',
-        data_preprocessor=dict(type='DetDataPreprocessor'),
-        neck=dict(type='FPN', in_channels=NECK_IN, out_channels=16, num_outs=5),
-        bbox_head=dict(
-            type='RetinaHead', num_classes=3, in_channels=16, feat_channels=16,
-            anchor_generator=dict(type='AnchorGenerator', octave_base_scale=4,
-                                  scales_per_octave=3, ratios=[0.5, 1.0, 2.0],
-                                  strides=[8, 16, 32, 64, 128]),
-            bbox_coder=dict(type='DeltaXYWHBBoxCoder'),
-            loss_cls=dict(type='FocalLoss', use_sigmoid=True),
-            loss_bbox=dict(type='L1Loss'))),
-    'mmpretrain': dict(
-        type='ImageClassifier',
-        neck=dict(type='GlobalAveragePooling'),
-        head=dict(type='LinearClsHead', num_classes=10, in_channels=128)),
-}
-
-
 @pytest.mark.parametrize('scope', ['mmseg', 'mmdet', 'mmpretrain'])
 @pytest.mark.parametrize('cls', BACKBONES)
 def test_builds_from_downstream_registries(scope, cls):
     register_scope('mmpretrain')  # switches off its multimodal models first
     register_scope(scope)
     registry = importlib.import_module(f'{scope}.registry').MODELS
-    cfg = dict(MODEL_CFGS[scope])
-    cfg['backbone'] = dict(type=f'mmhybrid.{cls.__name__}', arch=TINY[cls],
-                           block_sizes=TINY_BLOCKS,
-                           out_indices=(3, ) if scope == 'mmpretrain' else (0, 1, 2, 3))
+    backbone = dict(type=f'mmhybrid.{cls.__name__}', arch=TINY[cls],
+                    block_sizes=TINY_BLOCKS,
+                    out_indices=(3, ) if scope == 'mmpretrain' else (0, 1, 2, 3))
+    cfg = downstream_model_cfg(scope, backbone, NECK_IN)
     with DefaultScope.overwrite_default_scope(scope):
         model = registry.build(cfg)
     assert isinstance(model.backbone, cls)

@@ -13,6 +13,8 @@ from mmhybrid.layers.hidden_state_bridge import equidistant_sample
 from mmhybrid.models.backbones import SoLAVision
 from mmhybrid.registry import MODELS
 
+from _downstream import downstream_model_cfg
+
 T_ROUTES = (((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2)))
 TINY = dict(embed_dims=(16, 16, 32, 32), schedule='LL/LL/LLSLLS/LS',
             hsb_routes=T_ROUTES)
@@ -235,44 +237,16 @@ def test_pretrained_reports_missing_and_unexpected(tmp_path, capsys):
     assert missing == ['norm3.weight'] and unexpected == ['extra.weight']
 
 
-MODEL_CFGS = {
-    'mmseg': dict(
-        type='EncoderDecoder',
-        data_preprocessor=dict(type='SegDataPreProcessor', size=(64, 64)),
-        decode_head=dict(type='UPerHead', in_channels=[16, 16, 32, 32],
-                         in_index=[0, 1, 2, 3], channels=16, num_classes=5,
-                         pool_scales=(1, 2)),
-    ),
-    'mmdet': dict(
-        type='RetinaNet',
-        data_preprocessor=dict(type='DetDataPreprocessor'),
-        neck=dict(type='FPN', in_channels=[16, 16, 32, 32], out_channels=16,
-                  num_outs=5),
-        bbox_head=dict(
-            type='RetinaHead', num_classes=3, in_channels=16, feat_channels=16,
-            anchor_generator=dict(type='AnchorGenerator', octave_base_scale=4,
-                                  scales_per_octave=3, ratios=[0.5, 1.0, 2.0],
-                                  strides=[8, 16, 32, 64, 128]),
-            bbox_coder=dict(type='DeltaXYWHBBoxCoder'),
-            loss_cls=dict(type='FocalLoss', use_sigmoid=True),
-            loss_bbox=dict(type='L1Loss'))),
-    'mmpretrain': dict(
-        type='ImageClassifier',
-        neck=dict(type='GlobalAveragePooling'),
-        head=dict(type='LinearClsHead', num_classes=10, in_channels=32)),
-}
-
-
 @pytest.mark.parametrize('scope', ['mmseg', 'mmdet', 'mmpretrain'])
 @pytest.mark.parametrize('name', ['SoLAVision', 'mmhybrid.SoLAVision'])
 def test_builds_from_downstream_registries(scope, name):
     import importlib
     registry = importlib.import_module(f'{scope}.registry').MODELS
     importlib.import_module(f'{scope}.models')
-    cfg = dict(MODEL_CFGS[scope])
     out_indices = (3, ) if scope == 'mmpretrain' else (0, 1, 2, 3)
-    cfg['backbone'] = dict(type=name, arch=TINY, head_dim=16,
-                           out_indices=out_indices)
+    cfg = downstream_model_cfg(
+        scope, dict(type=name, arch=TINY, head_dim=16, out_indices=out_indices),
+        TINY['embed_dims'])
     with DefaultScope.overwrite_default_scope(scope):
         model = registry.build(cfg)
     assert isinstance(model.backbone, SoLAVision)
