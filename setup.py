@@ -1,10 +1,14 @@
 from setuptools import find_packages, setup
 
 
+def read(path):
+    with open(path, encoding='utf-8') as f:
+        return f.read()
+
+
 def read_version():
     scope = {}
-    with open('mmhybrid/version.py') as f:
-        exec(f.read(), scope)
+    exec(read('mmhybrid/version.py'), scope)
     return scope['__version__']
 
 
@@ -12,7 +16,7 @@ setup(
     name='mmhybrid',
     version=read_version(),
     description='Hybrid and linear-attention vision backbones for OpenMMLab',
-    long_description=open('README.md').read() if __import__('os').path.exists('README.md') else '',
+    long_description=read('README.md'),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['mmhybrid', 'mmhybrid.*']),
     python_requires='>=3.9',
