@@ -55,7 +55,7 @@ class SoftmaxLayer(nn.Module):
 
     def __init__(self, dims, num_heads, mlp_ratio=4., qkv_bias=True,
                  drop_path=0., layer_scale_init_value=None,
-                 norm_cfg=dict(type='LN'), **unused):
+                 norm_cfg=dict(type='LN')):
         super().__init__()
         self.norm1 = build_norm_layer(norm_cfg, dims)[1]
         self.attn = MultiheadSelfAttention(dims, num_heads, qkv_bias)

@@ -77,8 +77,7 @@ class WKVLayer(nn.Module):
     """
 
     def __init__(self, dims, hidden_rate=4, key_norm=True, drop_path=0.,
-                 layer_scale_init_value=None, norm_cfg=dict(type='LN'),
-                 **unused):
+                 layer_scale_init_value=None, norm_cfg=dict(type='LN')):
         super().__init__()
         self.norm1 = build_norm_layer(norm_cfg, dims)[1]
         self.attn = SpatialMix(dims, key_norm, norm_cfg)

@@ -145,14 +145,16 @@ class SoLAVision(BaseBackbone):
                     embed_dims[i - 1], dims, kernel_size=2, padding='corner',
                     norm_cfg=norm_cfg, bias=False))
             first = sum(len(s) for s in stages[:i])
+            own_kwargs = {
+                'L': dict(hidden_rate=hidden_rate, key_norm=key_norm),
+                'S': dict(num_heads=max(dims // head_dim, 1),
+                          mlp_ratio=mlp_ratio, qkv_bias=qkv_bias),
+            }
             self.stages.append(nn.ModuleList(
                 LAYER_TYPES[letter](
-                    dims, num_heads=max(dims // head_dim, 1),
-                    hidden_rate=hidden_rate, mlp_ratio=mlp_ratio,
-                    qkv_bias=qkv_bias, key_norm=key_norm,
-                    drop_path=dpr[first + j],
+                    dims, drop_path=dpr[first + j],
                     layer_scale_init_value=layer_scale_init_value,
-                    norm_cfg=norm_cfg)
+                    norm_cfg=norm_cfg, **own_kwargs[letter])
                 for j, letter in enumerate(letters)))
 
         # bridges are keyed by target layer "<stage>_<layer>" (1-based)
