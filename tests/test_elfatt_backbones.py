@@ -198,7 +198,6 @@ NECK_IN = [16, 32, 64, 128]
 @pytest.mark.parametrize('scope', ['mmseg', 'mmdet', 'mmpretrain'])
 @pytest.mark.parametrize('cls', BACKBONES)
 def test_builds_from_downstream_registries(scope, cls):
-    register_scope('mmpretrain')  # switches off its multimodal models first
     register_scope(scope)
     registry = importlib.import_module(f'{scope}.registry').MODELS
     backbone = dict(type=f'mmhybrid.{cls.__name__}', arch=TINY[cls],

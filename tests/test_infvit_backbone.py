@@ -9,7 +9,6 @@ from mmhybrid.models.backbones import InfViT
 from mmhybrid.models.backbones.infvit import ARCH_SETTINGS, PAPER_PARAMS
 from mmhybrid.ops.infsa import naive_linear_infsa, naive_pure_infsa
 from mmhybrid.utils import register_scope
-from mmhybrid.utils.default_scope import disable_mmpretrain_multimodal
 
 TINY = dict(embed_dims=32, depth=3, num_heads=4, mlp_ratio=2., attn_types='PLP')
 
@@ -215,7 +214,6 @@ def test_converter_from_public_infsa_layout(tmp_path):
 def test_builds_from_mm_registries():
     from mmdet.registry import MODELS as DET_MODELS
     from mmseg.registry import MODELS as SEG_MODELS
-    disable_mmpretrain_multimodal()  # mmdet imports mmpretrain.models
     register_scope('mmseg')
     register_scope('mmdet')
     with DefaultScope.overwrite_default_scope('mmseg'):

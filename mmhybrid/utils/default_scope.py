@@ -22,8 +22,6 @@ def register_scope(scope):
     """Import and register all modules of ``scope`` ('mmseg', 'mmdet', ...)."""
     if scope not in SCOPES:
         return
-    if scope == 'mmpretrain':
-        disable_mmpretrain_multimodal()
     importlib.import_module(f'{scope}.utils').register_all_modules(
         init_default_scope=False)
 
