@@ -7,7 +7,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason='needs CUDA')
     for item in items:
-        if 'gpu' in item.keywords:
+        if 'cuda' in item.keywords:
             item.add_marker(skip)
 
 

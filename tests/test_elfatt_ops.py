@@ -86,7 +86,7 @@ def test_shape_errors():
         effatt(q, q[:, :, :5], q)
 
 
-@pytest.mark.gpu
+@pytest.mark.cuda
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 def test_cuda_fused_kernels_match_reference(dtype):
     q, k, v = _qkv(2, 4, 3136 + 17, 32, std=1.)

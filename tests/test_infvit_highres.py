@@ -32,6 +32,6 @@ def test_linear_4l_2048_on_cpu_within_8gb():
 
 
 @pytest.mark.benchmark
-@pytest.mark.gpu
+@pytest.mark.cuda
 def test_linear_4l_9216_on_gpu_within_40gb():
     assert peak_mb(9216, 'cuda', 'float16') < 40 * 1024
