@@ -18,7 +18,6 @@ size N x d is stored between forward and backward. Inputs may be any strided
 The kernels are decorated at import time; ``TRITON_INTERPRET=1`` set before this
 module is imported runs them in Triton's interpreter on CPU tensors (tests).
 """
-import functools
 import os
 
 import torch
@@ -26,8 +25,9 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from ..token_tiling import TokenTiling
+
 INTERPRETED = os.environ.get('TRITON_INTERPRET', '0') == '1'
-MAX_TILE = 8192  # elements of one (BLOCK_N, BLOCK_D) tile
 
 
 @triton.jit
@@ -151,41 +151,6 @@ def _query_grad_kernel(q_ptr, grad_m_ptr, grad_e_ptr, dq_ptr, N, D, H,
         _store_tile(dq_ptr, dq, rows, cols, N, D, sdq_n, sdq_d)
 
 
-@functools.lru_cache(maxsize=None)
-def _num_sms(device):
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-class _Launch:
-    """Tile sizes and the split of N over programs for one call."""
-
-    def __init__(self, x, D, DV, block_n=None, rows_per_program=None):
-        B, H, N = x.shape[:3]
-        self.BH = B * H
-        self.BLOCK_D = triton.next_power_of_2(D)
-        self.BLOCK_DV = triton.next_power_of_2(DV)
-        widest = max(self.BLOCK_D, self.BLOCK_DV)
-        self.BLOCK_N = block_n or max(16, min(128, MAX_TILE // widest))
-        tiles = triton.cdiv(N, self.BLOCK_N)
-        if rows_per_program is None:
-            # about 8 programs per SM so the GPU is full whatever B * H is
-            target = 8 * _num_sms(x.device) if x.is_cuda else 1
-            programs = min(tiles, max(1, triton.cdiv(target, self.BH)))
-            rows_per_program = triton.cdiv(tiles, programs) * self.BLOCK_N
-        elif rows_per_program % self.BLOCK_N:
-            raise ValueError(f'rows_per_program ({rows_per_program}) must be a '
-                             f'multiple of block_n ({self.BLOCK_N})')
-        self.rows_per_program = rows_per_program
-        self.grid = (triton.cdiv(N, rows_per_program), self.BH)
-        self.ACC = tl.float64 if x.dtype == torch.float64 else tl.float32
-        self.acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-        self.device = x.device
-
-    def partials(self, *width):
-        return torch.empty(self.BH, self.grid[0], *width, dtype=self.acc,
-                           device=self.device)
-
-
 class _FusedLinearInfSA(torch.autograd.Function):
     """Context ``h`` of Eq. 21, (B, H, 1, dv); ``k=None`` ties keys to queries."""
 
@@ -194,29 +159,30 @@ class _FusedLinearInfSA(torch.autograd.Function):
         keys = q if k is None else k
         B, H, N, D = q.shape
         DV = v.shape[-1]
-        cfg = _Launch(q, D, DV, block_n, rows_per_program)
+        cfg = TokenTiling(q, (D, DV), block_n, rows_per_program)
+        BLOCK_D, BLOCK_DV = cfg.blocks
+        ACC = tl.float64 if cfg.acc == torch.float64 else tl.float32
+        launch = dict(ACC=ACC, BLOCK_N=cfg.block_n, BLOCK_D=BLOCK_D)
         part_e, part_m = cfg.partials(), cfg.partials(D)
         _energy_kernel[cfg.grid](
-            q, part_e, part_m, N, D, H, *q.stride(), cfg.rows_per_program,
-            ACC=cfg.ACC, BLOCK_N=cfg.BLOCK_N, BLOCK_D=cfg.BLOCK_D)
+            q, part_e, part_m, N, D, H, *q.stride(), cfg.rows_per_program, **launch)
         energy_norm = part_e.sum(1) + eps
         central = (part_m.sum(1) / energy_norm[:, None]).contiguous()
         part_s, part_p = cfg.partials(), cfg.partials(DV)
         _context_kernel[cfg.grid](
             keys, v, central, part_s, part_p, N, D, DV, H, *keys.stride(),
-            *v.stride(), cfg.rows_per_program, ACC=cfg.ACC, BLOCK_N=cfg.BLOCK_N,
-            BLOCK_D=cfg.BLOCK_D, BLOCK_DV=cfg.BLOCK_DV)
+            *v.stride(), cfg.rows_per_program, BLOCK_DV=BLOCK_DV, **launch)
         score_norm = part_s.sum(1) + eps
         context = part_p.sum(1) / score_norm[:, None]
         ctx.save_for_backward(q, k, v, energy_norm, central, score_norm, context)
-        ctx.cfg = cfg
+        ctx.cfg, ctx.launch, ctx.block_dv = cfg, launch, BLOCK_DV
         return context.view(B, H, 1, DV).to(v.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_context):
         q, k, v, energy_norm, central, score_norm, context = ctx.saved_tensors
-        cfg = ctx.cfg
+        cfg, launch = ctx.cfg, ctx.launch
         keys = q if k is None else k
         B, H, N, D = q.shape
         DV = v.shape[-1]
@@ -228,14 +194,12 @@ class _FusedLinearInfSA(torch.autograd.Function):
         _key_value_grad_kernel[cfg.grid](
             keys, v, central, grad.contiguous(), grad_h, grad_k, grad_v, part_dc,
             N, D, DV, H, *keys.stride(), *v.stride(), *grad_k.stride(),
-            *grad_v.stride(), cfg.rows_per_program, ACC=cfg.ACC, BLOCK_N=cfg.BLOCK_N,
-            BLOCK_D=cfg.BLOCK_D, BLOCK_DV=cfg.BLOCK_DV)
+            *grad_v.stride(), cfg.rows_per_program, BLOCK_DV=ctx.block_dv, **launch)
         grad_m = (part_dc.sum(1) / energy_norm[:, None]).contiguous()
         grad_e = -(grad_m * central).sum(-1)
         _query_grad_kernel[cfg.grid](
             q, grad_m, grad_e, grad_q, N, D, H, *q.stride(), *grad_q.stride(),
-            cfg.rows_per_program, ACCUMULATE=k is None, ACC=cfg.ACC,
-            BLOCK_N=cfg.BLOCK_N, BLOCK_D=cfg.BLOCK_D)
+            cfg.rows_per_program, ACCUMULATE=k is None, **launch)
         return grad_q, None if k is None else grad_k, grad_v, None, None, None
 
 

@@ -17,28 +17,19 @@ The hand-written backward (``G = dL/dh``) needs only the inputs and O(N) vectors
   with tied ``Q = K`` the key term is added to the same buffer.
 
 No N x d temporary is made for float32/float64 inputs (``torch.matmul`` would copy
-head views of a (B, N, C) projection; :func:`_bmm` does not), and autograd keeps
+head views of a (B, N, C) projection; :func:`head_matmul` does not), and autograd keeps
 no copy of the inputs. Half-precision inputs are reduced in float32 one batch
 element at a time. :mod:`.fused` is the Triton version of the same passes.
 """
 import torch
 from torch.autograd.function import once_differentiable
 
+from ..head_matmul import head_matmul
+
 
 def _acc_dtype(x):
     """fp32 for half types, the input dtype otherwise (float64 stays float64)."""
     return torch.promote_types(x.dtype, torch.float32)
-
-
-def _bmm(a, b, dtype):
-    """``a @ b`` for (B, H, m, n) tensors, computed in ``dtype``.
-
-    One ``bmm`` per batch element: a head view of a (B, N, C) tensor is a strided
-    (H, N, d) matrix batch that BLAS reads in place, whereas ``torch.matmul``
-    copies it to flatten (B, H).
-    """
-    return torch.stack([torch.bmm(x.to(dtype), y.to(dtype))
-                        for x, y in zip(a.unbind(0), b.unbind(0))])
 
 
 def _energy(q, dtype):
@@ -49,12 +40,12 @@ def _energy(q, dtype):
 
 def _weighted_sum(weights, x):
     """(B, H, N) weights, (B, H, N, d) tokens -> (B, H, d) in the weights' dtype."""
-    return _bmm(weights[..., None, :], x, weights.dtype).squeeze(-2)
+    return head_matmul(weights[..., None, :], x, weights.dtype).squeeze(-2)
 
 
 def _project(x, vec):
     """(B, H, N, d) tokens, (B, H, d) vector -> (B, H, N) dot products."""
-    return _bmm(x, vec[..., None], vec.dtype).squeeze(-1)
+    return head_matmul(x, vec[..., None], vec.dtype).squeeze(-1)
 
 
 class _LinearInfSA(torch.autograd.Function):
