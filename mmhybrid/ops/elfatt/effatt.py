@@ -71,10 +71,11 @@ def torch_effatt(q, k, v):
     Passes over the tokens: the two softmaxes (each reads its input and writes one
     N x d tensor, which autograd keeps for the products' backward), ``K^T V``
     (reads both) and ``Q (K^T V)`` (reads ``softmax(Q)``, writes the output). The
-    softmaxes compute in float32 and write the input dtype (no float32 copies);
-    the products run per batch element on the head views (no ``matmul`` copies).
+    softmaxes compute in float32 and write the input dtype (no float32 copies).
+    ``K^T V`` runs per batch element (:func:`head_matmul`: ``matmul`` would copy
+    the head view ``v``); ``softmax(Q)`` is contiguous, so ``@`` copies nothing.
 
     Arguments as :func:`effatt`.
     """
     context = head_matmul(k.softmax(dim=-2).transpose(-2, -1), v)  # (B, h, d, dv)
-    return head_matmul(q.softmax(dim=-1), context)
+    return q.softmax(dim=-1) @ context
