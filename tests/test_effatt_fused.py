@@ -33,8 +33,9 @@ def check(fn, B, H, N, d, dtype, device, **kwargs):
     got = torch.autograd.grad(out, inputs, grad.to(device, dtype))
     for a, b in zip(got, torch.autograd.grad(ref, ref_in, grad)):
         assert a.dtype == dtype
-        scale = max(b.norm().item(), 1e-6 * b.numel()**0.5)  # N = 1: dQ = dK = 0
-        assert (a.cpu().double() - b).norm() / scale < grad_tol
+        # relative error, floored for near-zero gradients (N = 1: dQ = dK = 0)
+        err = (a.cpu().double() - b).norm() / max(b.norm().item(), 1e-3)
+        assert err < grad_tol, err
 
 
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32, torch.bfloat16])
@@ -49,19 +50,21 @@ def test_torch_form_makes_no_float32_or_matmul_copies():
     q, k, v = (torch.randn(B, N, H * d).bfloat16().view(B, N, H, d).transpose(1, 2)
                for _ in range(3))
     inputs = {t.untyped_storage().data_ptr() for t in (q, k, v)}
-    made = {}
+    made = []  # keeps every tensor alive, so no storage is reused
 
     class Record(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if isinstance(out, torch.Tensor) and out.numel() >= N * d:
-                made[out.untyped_storage().data_ptr()] = (str(func), out.dtype)
+                made.append(out)
             return out
 
     with Record():
         effatt(q, k, v, backend='torch')
-    new = [made[p] for p in set(made) - inputs]
-    assert len(new) == 3 and all(dtype == torch.bfloat16 for _, dtype in new), new
+    new = {t.untyped_storage().data_ptr(): t.dtype for t in made}
+    for ptr in inputs:
+        new.pop(ptr, None)
+    assert len(new) == 3 and set(new.values()) == {torch.bfloat16}, new
 
 
 def test_backend_choice_and_env(monkeypatch):
@@ -82,18 +85,17 @@ def test_backend_choice_and_env(monkeypatch):
 @needs_kernels
 @pytest.mark.parametrize('N', [1, 7, 197, 1000])
 def test_kernels_exact_in_float64(N):
-    check(effatt, 1, 2, N, 12, torch.float64, KERNEL_DEVICE, backend='triton')
-    if N > 16:  # N split over 4 programs with ragged tiles; d = 5 pads to 16
+    check(effatt, 1, 1, N, 12, torch.float64, KERNEL_DEVICE, backend='triton')
+    if N == 197:  # N split over 4 programs, ragged tiles, d = 5, B and H > 1
         from mmhybrid.ops.elfatt.fused import triton_effatt
-        block = 16 if N < 500 else 64
-        check(triton_effatt, 2, 1, N, 5, torch.float64, KERNEL_DEVICE,
-              block_n=block, rows_per_program=4 * block)
+        check(triton_effatt, 2, 2, N, 5, torch.float64, KERNEL_DEVICE, block_n=32,
+              rows_per_program=64)
 
 
 @needs_kernels
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float16, torch.bfloat16])
 def test_kernels_low_precision(dtype):
-    check(effatt, 2, 1, 197, 12, dtype, KERNEL_DEVICE, backend='triton')
+    check(effatt, 1, 2, 197, 12, dtype, KERNEL_DEVICE, backend='triton')
 
 
 @needs_kernels

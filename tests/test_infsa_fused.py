@@ -48,7 +48,8 @@ def check(out_fn, B, H, N, d, tied, dtype, device, **kwargs):
     want = torch.autograd.grad(ref, [ref_inputs[i] for i in leaves], grad)
     for a, b in zip(got, want):
         assert a.dtype == dtype and a.shape == b.shape
-        err = (a.cpu().double() - b).norm() / b.norm()
+        # relative error, floored for near-zero gradients (N = 1: dQ is O(eps))
+        err = (a.cpu().double() - b).norm() / max(b.norm().item(), 1e-3)
         assert err < grad_tol, err
 
 
@@ -72,21 +73,25 @@ def test_torch_backend_makes_no_token_sized_temporaries(tied):
     class Allocations(TorchDispatchMode):
         def __init__(self):
             super().__init__()
-            self.storages = set()
+            self.tensors = []  # kept alive, so no storage is reused
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for t in out if isinstance(out, (tuple, list)) else (out, ):
                 if isinstance(t, torch.Tensor) and t.numel() >= N * d:
-                    self.storages.add(t.untyped_storage().data_ptr())
+                    self.tensors.append(t)
             return out
+
+        @property
+        def storages(self):
+            return {t.untyped_storage().data_ptr() for t in self.tensors}
 
     inputs = {t.untyped_storage().data_ptr() for t in (q, k, v)}
     with Allocations() as fwd:
         out = linear_infsa_context(q, k, v, backend='torch')
     assert fwd.storages - inputs == set()
-    with Allocations() as bwd:
-        out.sum().backward()
+    with Allocations() as bwd:  # autograd.grad: no AccumulateGrad copies
+        torch.autograd.grad(out.sum(), (q, v) if tied else (q, k, v))
     assert len(bwd.storages - inputs) == (2 if tied else 3)
 
 
@@ -114,22 +119,20 @@ def test_backend_choice_and_env(monkeypatch):
 @pytest.mark.parametrize('N', [1, 7, 197, 1000])
 @pytest.mark.parametrize('tied', [True, False])
 def test_kernels_exact_in_float64(N, tied):
-    """float64 accumulation: the fused passes equal Eq. 16-21 to rounding. Small
-    ``rows_per_program`` splits N over several programs (partial sums)."""
-    check(linear_infsa_context, 1, 2, N, 12, tied, torch.float64, KERNEL_DEVICE,
+    """float64 accumulation: the fused passes equal Eq. 16-21 to rounding."""
+    check(linear_infsa_context, 1, 1, N, 12, tied, torch.float64, KERNEL_DEVICE,
           backend='triton')
-    if N > 16:  # N split over 4 programs, ragged last tiles: partial sums
+    if N == 197:  # N split over 4 programs, ragged tiles, d = 5, B and H > 1
         from mmhybrid.ops.infsa.fused import triton_linear_infsa_context
-        block = 16 if N < 500 else 64
-        check(triton_linear_infsa_context, 2, 1, N, 5, tied, torch.float64,
-              KERNEL_DEVICE, block_n=block, rows_per_program=4 * block)
+        check(triton_linear_infsa_context, 2, 2, N, 5, tied, torch.float64,
+              KERNEL_DEVICE, block_n=32, rows_per_program=64)
 
 
 @needs_kernels
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize('tied', [True, False])
 def test_kernels_low_precision(dtype, tied):
-    check(linear_infsa_context, 2, 1, 197, 12, tied, dtype, KERNEL_DEVICE,
+    check(linear_infsa_context, 1, 2, 197, 12, tied, dtype, KERNEL_DEVICE,
           backend='triton')
 
 

@@ -7,6 +7,8 @@
 import importlib
 import os
 
+import torch
+
 from ..head_matmul import head_matmul
 
 ENV_VAR = 'MMHYBRID_EFFATT_BACKEND'
@@ -77,5 +79,8 @@ def torch_effatt(q, k, v):
 
     Arguments as :func:`effatt`.
     """
-    context = head_matmul(k.softmax(dim=-2).transpose(-2, -1), v)  # (B, h, d, dv)
-    return q.softmax(dim=-1) @ context
+    # Under autocast the softmaxes would write float32 and the products copy them
+    # back to half; q, k, v already come in the autocast dtype.
+    with torch.autocast(q.device.type, enabled=False):
+        context = head_matmul(k.softmax(dim=-2).transpose(-2, -1), v)  # (B, h, d, dv)
+        return q.softmax(dim=-1) @ context

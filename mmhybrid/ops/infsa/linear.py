@@ -55,12 +55,14 @@ class _LinearInfSA(torch.autograd.Function):
     def forward(ctx, q, k, v, eps):
         keys = q if k is None else k
         acc = _acc_dtype(q)
-        energy = _energy(q, acc)
-        energy_norm = energy.sum(-1, keepdim=True) + eps
-        central = _weighted_sum(energy, q) / energy_norm
-        scores = torch.relu(_project(keys, central))
-        score_norm = scores.sum(-1, keepdim=True) + eps
-        context = _weighted_sum(scores, v) / score_norm
+        # autocast would run the float32 reductions in half precision
+        with torch.autocast(q.device.type, enabled=False):
+            energy = _energy(q, acc)
+            energy_norm = energy.sum(-1, keepdim=True) + eps
+            central = _weighted_sum(energy, q) / energy_norm
+            scores = torch.relu(_project(keys, central))
+            score_norm = scores.sum(-1, keepdim=True) + eps
+            context = _weighted_sum(scores, v) / score_norm
         ctx.save_for_backward(q, k, v, energy, energy_norm, central, scores,
                               score_norm, context)
         return context.to(v.dtype)[..., None, :]
