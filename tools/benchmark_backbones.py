@@ -24,6 +24,7 @@ Writes ``backbones_<device>.csv`` and ``.png`` under ``--out``.
 """
 import argparse
 import csv
+import importlib
 import json
 import math
 import os
@@ -44,13 +45,23 @@ MODELS = {
     'infvit-linear-b': 'configs/infvit/upernet_infvit-linear-b_ade20k.py',
     'mmseg-swin-t': 'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_'
                     '8xb2-160k_ade20k-512x512.py',
-    'mmseg-swin-b': 'mmseg::swin/swin-base-patch4-window7-in22k-pre_upernet_'
+    'mmseg-swin-b': 'mmseg::swin/swin-base-patch4-window7-in1k-pre_upernet_'
                     '8xb2-160k_ade20k-512x512.py',
     'mmseg-vit-b': 'mmseg::vit/vit_vit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py',
 }
 REFERENCE = 'mmseg-swin-t'
 GPU_CASES = [('train', 512, 512), ('infer', 512, 2048), ('infer', 2048, 2048),
              ('infer', 4096, 4096)]
+
+
+def config_path(path):
+    """``pkg::rel`` -> the file shipped in the installed package's ``.mim/configs``;
+    other paths are relative to the repository."""
+    if '::' not in path:
+        return osp.join(ROOT, path)
+    package, rel = path.split('::')
+    root = osp.dirname(importlib.import_module(package).__file__)
+    return osp.join(root, '.mim', 'configs', rel)
 
 
 def build_segmentor(name):
@@ -60,8 +71,7 @@ def build_segmentor(name):
     from mmengine.model import revert_sync_batchnorm
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS as SEG_MODELS
-    path = MODELS[name]
-    cfg = Config.fromfile(path if '::' in path else osp.join(ROOT, path))
+    cfg = Config.fromfile(config_path(MODELS[name]))
     init_default_scope('mmseg')
     cfg.model.pretrained = None
     cfg.model.backbone.init_cfg = None
