@@ -34,7 +34,8 @@ def test_dropout_is_passed_through():
     torch.manual_seed(1)
     out = softmax_attention(q, k, v, dropout_p=0.5)
     torch.manual_seed(1)
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, dropout_p=0.5))
+    torch.testing.assert_close(out,
+                               F.scaled_dot_product_attention(q, k, v, dropout_p=0.5))
     assert not torch.allclose(out, softmax_attention(q, k, v))
 
 

@@ -17,7 +17,7 @@ PRECISION = {torch.float64: (1e-10, 1e-9), torch.float32: (1e-4, 1e-4),
 
 
 def check(fn, B, H, N, d, dtype, device, **kwargs):
-    """``fn(q, k, v)`` on head views of (B, N, H*d) tensors vs float64 ``naive_effatt``."""
+    """``fn(q, k, v)`` on head views of (B, N, H*d) tensors vs float64 naive EFFATT."""
     raw = [2 * torch.randn(B, N, H * d, dtype=torch.float64) for _ in range(3)]
 
     def heads(t, dt, dev):

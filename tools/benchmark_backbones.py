@@ -242,7 +242,8 @@ def plot(rows, models, path):
         ax.set_yscale('log')
         ax.set_xlabel('pixels')
         ax.set_ylabel(label)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -48,9 +48,10 @@ def flash_unusable_reason(q, k, v):
 
 def flash_attention(q, k, v, dropout_p=0., scale=None):
     """``flash_attn_func`` on (..., heads, N, d) tensors with the semantics of
-    ``F.scaled_dot_product_attention`` without a mask. flash-attn wants (batch, N, heads, d): the transposes
-    are views (the head dim stays contiguous), so no copy is made for our callers,
-    whose q/k/v are head views of a (B, N, heads * d) projection.
+    ``F.scaled_dot_product_attention`` without a mask. flash-attn wants (batch, N,
+    heads, d): the transposes are views (the head dim stays contiguous), so no copy
+    is made for our callers, whose q/k/v are head views of a (B, N, heads * d)
+    projection.
     """
     def to_flash(t):
         return t.reshape(-1, *t.shape[-3:]).transpose(1, 2)
