@@ -15,8 +15,8 @@ Every input is read once per pass and every gradient written once; nothing of
 size N x d is stored between forward and backward. Inputs may be any strided
 (B, H, N, d) view (e.g. head views of a (B, N, C) projection): no copies.
 
-The kernels are decorated at import time; ``TRITON_INTERPRET=1`` set before this
-module is imported runs them in Triton's interpreter on CPU tensors (tests).
+``TRITON_INTERPRET=1`` set before Triton is imported runs the kernels in Triton's
+interpreter on CPU tensors (tests; see tests/_triton.py).
 """
 import os
 
@@ -208,8 +208,7 @@ def triton_unusable_reason(q, k, v):
     tensors = (q, v) if k is None or k is q else (q, k, v)
     if not INTERPRETED and not all(t.is_cuda for t in tensors):
         return (f'the tensors are on {q.device.type}; the Triton kernels need CUDA '
-                f'tensors (or TRITON_INTERPRET=1 set before importing '
-                f'{__name__})')
+                f'tensors (or TRITON_INTERPRET=1 set before importing triton)')
     if len({t.dtype for t in tensors}) > 1:
         return 'q, k and v have different dtypes'
     return None
