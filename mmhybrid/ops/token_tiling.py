@@ -52,11 +52,13 @@ class TokenTiling:
             raise ValueError(f'rows_per_program ({rows_per_program}) must be a '
                              f'multiple of block_n ({self.block_n})')
         self.rows_per_program = rows_per_program
-        self.grid = (cdiv(N, rows_per_program), self.BH)
+        # (batch * heads, token slices): the first grid axis has no 65535 limit
+        self.programs = cdiv(N, rows_per_program)
+        self.grid = (self.BH, self.programs)
         self.acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         self.device = x.device
 
     def partials(self, *shape):
         """An uninitialised (B * heads, programs, *shape) buffer for partial sums."""
-        return torch.empty(self.BH, self.grid[0], *shape, dtype=self.acc,
+        return torch.empty(self.BH, self.programs, *shape, dtype=self.acc,
                            device=self.device)

@@ -62,7 +62,7 @@ def _key_context_kernel(k_ptr, v_ptr, part_m_ptr, part_l_ptr, part_c_ptr, N, D, 
                         BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                         BLOCK_DV: tl.constexpr):
     """Partial column max ``m``, ``sum exp(K - m)`` and ``exp(K - m)^T V``."""
-    pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
     b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
     k_ptr += b * sk_b + h * sk_h
     v_ptr += b * sv_b + h * sv_h
@@ -84,7 +84,7 @@ def _key_context_kernel(k_ptr, v_ptr, part_m_ptr, part_l_ptr, part_c_ptr, N, D, 
         context = context * rescale[:, None] + tl.dot(
             tl.trans(p.to(DOT)), v.to(DOT), input_precision='ieee').to(ACC)
         col_max = new_max
-    part = pid_bh * tl.num_programs(0) + pid_n
+    part = pid_bh * tl.num_programs(1) + pid_n
     tl.store(part_m_ptr + part * D + cols, col_max, mask=cols < D)
     tl.store(part_l_ptr + part * D + cols, col_sum, mask=cols < D)
     tl.store(part_c_ptr + part * D * DV + cols[:, None] * DV + cols_v[None, :], context,
@@ -98,7 +98,7 @@ def _query_output_kernel(q_ptr, context_ptr, out_ptr, N, D, DV, H,
                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          BLOCK_DV: tl.constexpr):
     """``softmax_d(Q) C`` for this program's tokens."""
-    pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
     b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
     q_ptr += b * sq_b + h * sq_h
     out_ptr += b * so_b + h * so_h
@@ -120,7 +120,7 @@ def _query_grad_kernel(q_ptr, do_ptr, context_ptr, dq_ptr, part_dc_ptr, N, D, DV
                        ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     """``dQ`` of the feature softmax and the partial ``dC = softmax(Q)^T dO``."""
-    pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
     b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
     q_ptr += b * sq_b + h * sq_h
     do_ptr += b * so_b + h * so_h
@@ -141,7 +141,7 @@ def _query_grad_kernel(q_ptr, do_ptr, context_ptr, dq_ptr, part_dc_ptr, N, D, DV
                  mask=(rows[:, None] < N) & (cols[None, :] < D))
         grad_context += tl.dot(tl.trans(q.to(DOT)), do,
                                input_precision='ieee').to(ACC)
-    part = pid_bh * tl.num_programs(0) + pid_n
+    part = pid_bh * tl.num_programs(1) + pid_n
     tl.store(part_dc_ptr + part * D * DV + cols[:, None] * DV + cols_v[None, :],
              grad_context, mask=(cols[:, None] < D) & (cols_v[None, :] < DV))
 
@@ -155,7 +155,7 @@ def _key_value_grad_kernel(k_ptr, v_ptr, col_max_ptr, col_sum_ptr, dc_ptr, g_ptr
                            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                            BLOCK_DV: tl.constexpr):
     """``dV = K_s dC`` and ``dK = K_s * (V dC^T - g)`` for this program's tokens."""
-    pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
     b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
     k_ptr += b * sk_b + h * sk_h
     v_ptr += b * sv_b + h * sv_h

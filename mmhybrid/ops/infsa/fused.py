@@ -49,7 +49,7 @@ def _energy_kernel(q_ptr, part_e_ptr, part_m_ptr, N, D, H,
                    sq_b, sq_h, sq_n, sq_d, rows_per_program,
                    ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """Partial ``sum_i e_i`` and ``sum_i e_i Q_i`` over this program's rows."""
-    pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
     q_ptr += (pid_bh // H).to(tl.int64) * sq_b + (pid_bh % H).to(tl.int64) * sq_h
     cols = tl.arange(0, BLOCK_D)
     energy = tl.zeros([BLOCK_N], ACC)
@@ -60,7 +60,7 @@ def _energy_kernel(q_ptr, part_e_ptr, part_m_ptr, N, D, H,
         e = tl.sqrt(tl.sum(q * q, axis=1))
         energy += e
         moment += tl.sum(e[:, None] * q, axis=0)
-    part = pid_bh * tl.num_programs(0) + pid_n
+    part = pid_bh * tl.num_programs(1) + pid_n
     tl.store(part_e_ptr + part, tl.sum(energy, axis=0))
     tl.store(part_m_ptr + part * D + cols, moment, mask=cols < D)
 
@@ -71,7 +71,7 @@ def _context_kernel(k_ptr, v_ptr, central_ptr, part_s_ptr, part_p_ptr, N, D, DV,
                     ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                     BLOCK_DV: tl.constexpr):
     """Partial ``sum_j s_j`` and ``sum_j s_j V_j``, ``s_j = [qbar . K_j]_+``."""
-    pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
     b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
     k_ptr += b * sk_b + h * sk_h
     v_ptr += b * sv_b + h * sv_h
@@ -86,7 +86,7 @@ def _context_kernel(k_ptr, v_ptr, central_ptr, part_s_ptr, part_p_ptr, N, D, DV,
         v = _tile(v_ptr, rows, cols_v, N, DV, sv_n, sv_d, ACC)
         score += s
         pooled += tl.sum(s[:, None] * v, axis=0)
-    part = pid_bh * tl.num_programs(0) + pid_n
+    part = pid_bh * tl.num_programs(1) + pid_n
     tl.store(part_s_ptr + part, tl.sum(score, axis=0))
     tl.store(part_p_ptr + part * DV + cols_v, pooled, mask=cols_v < DV)
 
@@ -100,7 +100,7 @@ def _key_value_grad_kernel(k_ptr, v_ptr, central_ptr, grad_ptr, grad_h_ptr,
                            BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     """``dV_j = s_j g``, ``dz_j = [s_j > 0](V_j . g - h . g)``, ``dK_j = dz_j qbar``
     and the partial ``sum_j dz_j K_j``, with ``g = G / (S + eps)``."""
-    pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
     b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
     k_ptr += b * sk_b + h * sk_h
     v_ptr += b * sv_b + h * sv_h
@@ -122,7 +122,7 @@ def _key_value_grad_kernel(k_ptr, v_ptr, central_ptr, grad_ptr, grad_h_ptr,
         _store_tile(dk_ptr, dz[:, None] * central[None, :], rows, cols, N, D,
                     sdk_n, sdk_d)
         grad_central += tl.sum(dz[:, None] * k, axis=0)
-    part = pid_bh * tl.num_programs(0) + pid_n
+    part = pid_bh * tl.num_programs(1) + pid_n
     tl.store(part_dc_ptr + part * D + cols, grad_central, mask=cols < D)
 
 
@@ -132,7 +132,7 @@ def _query_grad_kernel(q_ptr, grad_m_ptr, grad_e_ptr, dq_ptr, N, D, H,
                        rows_per_program, ACCUMULATE: tl.constexpr, ACC: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """``dQ_i = e_i dm + (Q_i . dm + dE) Q_i / e_i`` (+ the ``dK`` already in dQ)."""
-    pid_n, pid_bh = tl.program_id(0), tl.program_id(1)
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
     b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
     q_ptr += b * sq_b + h * sq_h
     dq_ptr += b * sdq_b + h * sdq_h
