@@ -2,6 +2,8 @@
 vs the explicit N x N formula. Kernel tests run natively on CUDA, or on CPU in
 Triton's interpreter through ``test_kernels_in_interpreter`` (tests/_triton.py).
 """
+import sys
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -80,6 +82,17 @@ def test_backend_choice_and_env(monkeypatch):
         pytest.importorskip('triton')
         with pytest.raises(RuntimeError, match='triton backend: .*need CUDA'):
             effatt(q, q, q)
+
+
+def test_works_without_triton(monkeypatch):
+    """No Triton: the op imports and runs on the torch path; forcing triton says why."""
+    monkeypatch.setitem(sys.modules, 'triton', None)  # import triton -> ImportError
+    monkeypatch.delitem(sys.modules, 'mmhybrid.ops.elfatt.fused', raising=False)
+    monkeypatch.delenv(ENV, raising=False)
+    q, k, v = (torch.randn(1, 2, 9, 4, dtype=torch.float64) for _ in range(3))
+    torch.testing.assert_close(effatt(q, k, v), naive_effatt(q, k, v))
+    with pytest.raises(RuntimeError, match='triton does not import'):
+        effatt(q, k, v, backend='triton')
 
 
 @needs_kernels

@@ -4,6 +4,8 @@ Kernel tests run natively on CUDA, or on CPU tensors in Triton's interpreter:
 without a GPU, ``test_kernels_in_interpreter`` reruns this module with
 ``TRITON_INTERPRET=1`` (see tests/_triton.py).
 """
+import sys
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -110,6 +112,17 @@ def test_backend_choice_and_env(monkeypatch):
         pytest.importorskip('triton')
         with pytest.raises(RuntimeError, match='triton backend: .*need CUDA'):
             linear_infsa(q, k, v)
+
+
+def test_works_without_triton(monkeypatch):
+    """No Triton: the op imports and runs on the torch path; forcing triton says why."""
+    monkeypatch.setitem(sys.modules, 'triton', None)  # import triton -> ImportError
+    monkeypatch.delitem(sys.modules, 'mmhybrid.ops.infsa.fused', raising=False)
+    monkeypatch.delenv(ENV, raising=False)
+    q, k, v = head_views(1, 2, 5, 4)
+    torch.testing.assert_close(linear_infsa(q, k, v), naive_linear_infsa(q, k, v))
+    with pytest.raises(RuntimeError, match='triton does not import'):
+        linear_infsa(q, k, v, backend='triton')
 
 
 # ---- the Triton kernels -------------------------------------------------------------
