@@ -26,6 +26,9 @@ setup(
     extras_require={
         'tests': ['pytest', 'pytest-timeout'],
         'sd': ['diffusers==0.42.1', 'transformers==5.23.0'],
-        'gpu': ['triton', 'flash-attn', 'flash-linear-attention'],
+        # flash-attn: the 2.8 API and head-size limits that ops/attention encodes;
+        # builds from source against the local torch (CUDA >= 12.0, torch >= 2.2,
+        # sm80+): pip install --no-build-isolation. See README, GPU machines.
+        'gpu': ['triton', 'flash-attn>=2.8.3,<2.9', 'flash-linear-attention'],
     },
 )

@@ -5,7 +5,8 @@
 keeps checkpoints interchangeable between attention types of one backbone.
 """
 import torch.nn as nn
-import torch.nn.functional as F
+
+from mmhybrid.ops.attention import softmax_attention
 
 
 def to_heads(x, num_heads):
@@ -77,11 +78,10 @@ class ImageAttention(nn.Module):
 class GlobalAttention(ImageAttention):
     """Vanilla softmax attention over all tokens (VaniATT / the 'global' baseline).
 
-    ``F.scaled_dot_product_attention`` picks FlashAttention on GPU where possible.
+    :func:`~mmhybrid.ops.attention.softmax_attention` picks FlashAttention on GPU.
     """
 
     def attend(self, q, k, v, hw_shape):
         q, k, v = (to_heads(t, self.num_heads) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout_p,
-                                             scale=self.scale)
+        out = softmax_attention(q, k, v, dropout_p=self.dropout_p, scale=self.scale)
         return from_heads(out)

@@ -1,14 +1,14 @@
 """The global softmax-attention layer of SoLA-Vision (Sec. 4.4): ViT MHSA + conv MLP."""
 import torch.nn as nn
-import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.drop import DropPath
 
+from mmhybrid.ops.attention import softmax_attention
 from .layer_scale import LayerScale
 
 
 class MultiheadSelfAttention(nn.Module):
-    """Global MHSA, ``softmax(QK^T / sqrt(d)) V`` via ``F.scaled_dot_product_attention``."""
+    """Global MHSA, ``softmax(QK^T / sqrt(d)) V`` via :func:`softmax_attention`."""
 
     def __init__(self, dims, num_heads, qkv_bias=True, attn_drop=0.):
         super().__init__()
@@ -23,8 +23,8 @@ class MultiheadSelfAttention(nn.Module):
         B, N, C = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.num_heads, -1).permute(
             2, 0, 3, 1, 4)
-        x = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.attn_drop if self.training else 0.)
+        x = softmax_attention(q, k, v,
+                              dropout_p=self.attn_drop if self.training else 0.)
         return self.proj(x.transpose(1, 2).reshape(B, N, C))
 
 

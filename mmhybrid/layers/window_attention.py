@@ -7,6 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model.weight_init import trunc_normal_
 
+from mmhybrid.ops.attention import softmax_attention
 from .image_attention import ImageAttention
 
 
@@ -70,12 +71,16 @@ def window_mask(hw_shape, window, shift, device):
 
 
 def _window_attention(q, k, v, num_heads, mask, bias=None, dropout_p=0., scale=None):
-    """Softmax attention inside windows. q, k, v: (B, nW, L, C); mask (nW, L, L)."""
+    """Softmax attention inside windows. q, k, v: (B, nW, L, C); mask (nW, L, L) or
+    None (all keys allowed; with no bias, FlashAttention applies)."""
     B, nW, L, C = q.shape
 
     def heads(t):
         return t.view(B, nW, L, num_heads, -1).transpose(2, 3)  # (B, nW, h, L, d)
 
+    if mask is None and bias is None:
+        out = softmax_attention(heads(q), heads(k), heads(v), dropout_p, scale)
+        return out.transpose(2, 3).reshape(B, nW, L, C)
     attn_mask = mask[:, None]  # (nW, 1, L, L)
     if bias is not None:  # (heads, L, L) -> (nW, heads, L, L)
         attn_mask = torch.where(attn_mask, bias, float('-inf'))
@@ -149,7 +154,8 @@ class CrossShapedWindowAttention(ImageAttention):
         outs = []
         for branch, window in enumerate(self._stripes(hw_shape)):
             part = slice(branch * half, (branch + 1) * half)
-            mask = window_mask(hw_shape, window, (0, 0), q.device)
+            padded = hw_shape[0] % window[0] or hw_shape[1] % window[1]
+            mask = window_mask(hw_shape, window, (0, 0), q.device) if padded else None
             windows = [window_partition(t[..., part], hw_shape, window)
                        for t in (q, k, v)]
             out = _window_attention(*windows, self.num_heads // 2, mask,

@@ -1,6 +1,7 @@
 """The local blockify head of ELFATT: exact softmax attention inside token blocks."""
 import torch
-import torch.nn.functional as F
+
+from ..attention import softmax_attention
 
 
 def block_attention(q, k, v, block_size, scale=None):
@@ -9,8 +10,8 @@ def block_attention(q, k, v, block_size, scale=None):
     ``f`` cuts the token sequence into contiguous blocks of ``block_size`` tokens
     (the last block may be shorter) and ``g`` puts them back in order; every token
     attends exactly to the tokens of its own block. Full blocks form one batched
-    ``F.scaled_dot_product_attention`` call with no mask, so FlashAttention /
-    memory-efficient kernels apply on GPU; a shorter last block is its own call.
+    :func:`~mmhybrid.ops.attention.softmax_attention` call with no mask, so
+    FlashAttention applies on GPU; a shorter last block is its own call.
     That equals padding the last block and masking the padding (the reference
     :func:`naive_block_attention`), without a mask that would rule out
     FlashAttention. Cost O(N * block_size * d).
@@ -37,10 +38,9 @@ def block_attention(q, k, v, block_size, scale=None):
             return t[:, :, :split].reshape(B * heads, num_full, block_size,
                                            t.shape[-1])
 
-        out = F.scaled_dot_product_attention(blocks(q), blocks(k), blocks(v),
-                                             scale=scale)
+        out = softmax_attention(blocks(q), blocks(k), blocks(v), scale=scale)
         outs.append(out.reshape(B, heads, split, -1))
     if split < N:
-        outs.append(F.scaled_dot_product_attention(
+        outs.append(softmax_attention(
             q[:, :, split:], k[:, :, split:], v[:, :, split:], scale=scale))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)

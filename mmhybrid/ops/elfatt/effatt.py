@@ -1,9 +1,68 @@
-"""The global linear head of ELFATT: efficient attention (EFFATT, Shen et al. 2021)."""
+"""The global linear head of ELFATT: efficient attention (EFFATT, Shen et al. 2021).
+
+:func:`effatt` dispatches to :func:`torch_effatt` or the Triton kernels of
+:mod:`.fused` (the default for CUDA tensors when Triton imports);
+``MMHYBRID_EFFATT_BACKEND=torch|triton`` forces one.
+"""
+import importlib
+import os
+
 import torch
 
+from ..head_matmul import head_matmul
 
-def effatt(q, k, v):
+ENV_VAR = 'MMHYBRID_EFFATT_BACKEND'
+BACKENDS = ('torch', 'triton')
+
+
+def _fused():
+    """:mod:`.fused`, imported on first use (Triton is optional and slow to import)."""
+    return importlib.import_module('.fused', __package__)
+
+
+def effatt_backend(q, k, v, backend=None):
+    """``backend``, else ``$MMHYBRID_EFFATT_BACKEND``, else ``'triton'`` for CUDA
+    tensors when Triton imports and ``'torch'`` otherwise."""
+    name = backend or os.environ.get(ENV_VAR) or 'auto'
+    if name == 'auto':
+        if not q.is_cuda:
+            return 'torch'
+        try:
+            return 'triton' if _fused().triton_unusable_reason(q, k, v) is None \
+                else 'torch'
+        except ImportError:
+            return 'torch'
+    if name not in BACKENDS:
+        raise ValueError(f'unknown EFFATT backend {name!r} (from backend= or '
+                         f'{ENV_VAR}); use one of {BACKENDS} or auto')
+    return name
+
+
+def effatt(q, k, v, backend=None):
     r"""``softmax(Q) (softmax(K)^T V)``: the first term of ELFATT Eq. 8, O(N d^2).
+
+    Args:
+        q, k: (B, heads, N, d); v: (B, heads, N, dv), one float dtype.
+        backend (str, optional): ``'torch'`` or ``'triton'``; see
+            :func:`effatt_backend`.
+    Returns:
+        (B, heads, N, dv) in the dtype of ``v``.
+    """
+    if q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f'q, k must be (B, heads, N, d) and v (B, heads, N, dv); '
+                         f'got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
+    if effatt_backend(q, k, v, backend) == 'triton':
+        try:
+            fused = _fused()
+        except ImportError as err:
+            raise RuntimeError(f'EFFATT triton backend: triton does not import '
+                               f'({err})') from err
+        return fused.triton_effatt(q, k, v)
+    return torch_effatt(q, k, v)
+
+
+def torch_effatt(q, k, v):
+    r"""EFFATT in PyTorch: ``softmax(Q) (softmax(K)^T V)``, computed right to left.
 
     ``softmax(Q)`` normalises every query over its d features and ``softmax(K)``
     every key feature over the N tokens, so each output token is a convex
@@ -11,17 +70,17 @@ def effatt(q, k, v):
     applied (a per-row softmax of Q already fixes the magnitude); LePE is added by
     the layer, not here.
 
-    Args:
-        q, k: (B, heads, N, d); v: (B, heads, N, dv), any float dtype. The two
-            softmaxes run in at least float32; the products in the input dtype.
-    Returns:
-        (B, heads, N, dv) in the dtype of ``v``.
+    Passes over the tokens: the two softmaxes (each reads its input and writes one
+    N x d tensor, which autograd keeps for the products' backward), ``K^T V``
+    (reads both) and ``Q (K^T V)`` (reads ``softmax(Q)``, writes the output). The
+    softmaxes compute in float32 and write the input dtype (no float32 copies).
+    ``K^T V`` runs per batch element (:func:`head_matmul`: ``matmul`` would copy
+    the head view ``v``); ``softmax(Q)`` is contiguous, so ``@`` copies nothing.
+
+    Arguments as :func:`effatt`.
     """
-    if q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
-        raise ValueError(f'q, k must be (B, heads, N, d) and v (B, heads, N, dv); '
-                         f'got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
-    acc = torch.promote_types(q.dtype, torch.float32)
-    q = q.softmax(dim=-1, dtype=acc).to(v.dtype)
-    k = k.softmax(dim=-2, dtype=acc).to(v.dtype)
-    context = k.transpose(-2, -1) @ v  # (B, heads, d, dv)
-    return q @ context
+    # Under autocast the softmaxes would write float32 and the products copy them
+    # back to half; q, k, v already come in the autocast dtype.
+    with torch.autocast(q.device.type, enabled=False):
+        context = head_matmul(k.softmax(dim=-2).transpose(-2, -1), v)  # (B, h, d, dv)
+        return q.softmax(dim=-1) @ context

@@ -5,13 +5,19 @@
   blocks with a recomputing backward so 16k tokens fit without an N x N buffer.
   A GPU kernel registers itself with :func:`register_pure_infsa_backend`.
 * :func:`linear_infsa`: Linear InfSA (Eq. 16-21), ``O(N d)`` time and an ``O(d)``
-  state per head.
+  state per head. ``torch`` (:mod:`.linear`, hand-written backward, no N x d
+  temporaries) or ``triton`` (:mod:`.fused`, two fused passes each way; the
+  default for CUDA tensors when Triton imports); ``MMHYBRID_INFSA_BACKEND=torch|
+  triton`` forces one.
 
 The discount gamma and the cross-layer accumulation (Eq. 9/23) live in the layer
 (:class:`mmhybrid.layers.InfSAttention`), not in these parameter-free ops.
 """
+import importlib
+import os
+
 from .chunk import chunk_pure_infsa
-from .linear import linear_infsa, linear_infsa_context, linear_infsa_weights
+from .linear import linear_infsa_weights, torch_linear_infsa_context
 from .naive import naive_linear_infsa, naive_pure_infsa
 from .spectral import eigen_alignment, perron_vector
 
@@ -48,8 +54,75 @@ def pure_infsa(q, k, v, scale=None, eps=1e-6, backend=None):
     return _BACKENDS[name](q, k, v, scale=scale, eps=eps)
 
 
+LINEAR_ENV_VAR = 'MMHYBRID_INFSA_BACKEND'
+LINEAR_BACKENDS = ('torch', 'triton')
+
+
+def _fused():
+    """:mod:`.fused`, imported on first use (Triton is optional and slow to import)."""
+    return importlib.import_module('.fused', __name__)
+
+
+def linear_infsa_backend(q, k, v, backend=None):
+    """The Linear InfSA backend for these tensors: ``backend``, else
+    ``$MMHYBRID_INFSA_BACKEND``, else ``'triton'`` for CUDA tensors when Triton
+    imports and ``'torch'`` otherwise. A forced ``'triton'`` that cannot run raises.
+    """
+    name = backend or os.environ.get(LINEAR_ENV_VAR) or 'auto'
+    if name == 'auto':
+        if not q.is_cuda:
+            return 'torch'
+        try:
+            return 'triton' if _fused().triton_unusable_reason(q, k, v) is None \
+                else 'torch'
+        except ImportError:
+            return 'torch'
+    if name not in LINEAR_BACKENDS:
+        raise ValueError(f'unknown Linear InfSA backend {name!r} (from backend= or '
+                         f'{LINEAR_ENV_VAR}); use one of {LINEAR_BACKENDS} or auto')
+    return name
+
+
+def linear_infsa_context(q, k, v, eps=1e-6, backend=None):
+    r"""Pooled value context :math:`h = \sum_t a_t V_t` (Eq. 21): (B, heads, 1, dv).
+
+    Args:
+        q, k: (B, heads, N, d); ``k=None`` or ``k is q`` is the paper's tied form
+            (its gradient is accumulated into that of ``q`` without a copy).
+        v: (B, heads, N, dv).
+        eps (float): the epsilon of Eq. 17 and 20.
+        backend (str, optional): ``'torch'`` or ``'triton'``; see
+            :func:`linear_infsa_backend`.
+    Returns:
+        The context in the dtype of ``v``, accumulated in at least float32.
+    """
+    if q.dim() != 4 or (k is not None and k.shape != q.shape) or \
+            q.shape[:3] != v.shape[:3]:
+        raise ValueError(f'q, k must be (B, heads, N, d) and v (B, heads, N, dv); '
+                         f'got {tuple(q.shape)}, '
+                         f'{None if k is None else tuple(k.shape)}, {tuple(v.shape)}')
+    if linear_infsa_backend(q, k, v, backend) == 'triton':
+        try:
+            fused = _fused()
+        except ImportError as err:
+            raise RuntimeError(f'Linear InfSA triton backend: triton does not import '
+                               f'({err})') from err
+        return fused.triton_linear_infsa_context(q, k, v, eps)
+    return torch_linear_infsa_context(q, k, v, eps)
+
+
+def linear_infsa(q, k, v, eps=1e-6, backend=None):
+    """Linear InfSA output on (B, heads, N, d): the context broadcast to all tokens.
+
+    The result is an expanded view (no N x d copy); ``k=q`` gives the tied form.
+    Arguments as :func:`linear_infsa_context`.
+    """
+    return linear_infsa_context(q, k, v, eps, backend).expand_as(v)
+
+
 __all__ = [
     'pure_infsa', 'linear_infsa', 'linear_infsa_context', 'linear_infsa_weights',
+    'linear_infsa_backend', 'torch_linear_infsa_context',
     'chunk_pure_infsa', 'naive_pure_infsa', 'naive_linear_infsa',
     'perron_vector', 'eigen_alignment', 'register_pure_infsa_backend'
 ]

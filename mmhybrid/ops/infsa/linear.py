@@ -1,10 +1,109 @@
-"""Linear InfSA (Sec. 3.4, Eq. 16-21): O(N d) time, an O(d) state per head."""
+r"""Linear InfSA (Sec. 3.4, Eq. 16-21) in PyTorch: O(N d) time, an O(d) state per head.
+
+Per (batch, head), with :math:`e_i = \|Q_i\|` (Eq. 16) and :math:`E = \sum_i e_i`:
+
+.. math::
+    \bar q = \frac{\sum_i e_i Q_i}{E + \epsilon}\ \text{(Eq. 17-18)},\quad
+    s_j = [\bar q^T K_j]_+\ \text{(Eq. 19)},\quad
+    h = \frac{\sum_j s_j V_j}{S + \epsilon},\ S = \sum_j s_j\ \text{(Eq. 20-21)}.
+
+The hand-written backward (``G = dL/dh``) needs only the inputs and O(N) vectors:
+
+* :math:`dV_j = s_j G / (S + \epsilon)`,
+  :math:`dz_j = [s_j > 0] (V_j - h)^T G / (S + \epsilon)`,
+* :math:`dK_j = dz_j \bar q`, :math:`d\bar q = \sum_j dz_j K_j`,
+  :math:`dm = d\bar q / (E + \epsilon)`, :math:`dE = -d\bar q^T \bar q / (E + \epsilon)`,
+* :math:`dQ_i = e_i\, dm + (Q_i^T dm + dE)\, Q_i / e_i` (0 where :math:`e_i = 0`);
+  with tied ``Q = K`` the key term is added to the same buffer.
+
+No N x d temporary is made for float32/float64 inputs (``torch.matmul`` would copy
+head views of a (B, N, C) projection; :func:`head_matmul` does not), and autograd keeps
+no copy of the inputs. Half-precision inputs are reduced in float32 one batch
+element at a time. :mod:`.fused` is the Triton version of the same passes.
+"""
 import torch
+from torch.autograd.function import once_differentiable
+
+from ..head_matmul import head_matmul
 
 
 def _acc_dtype(x):
     """fp32 for half types, the input dtype otherwise (float64 stays float64)."""
     return torch.promote_types(x.dtype, torch.float32)
+
+
+def _energy(q, dtype):
+    """Token energies ``||Q_i||`` (Eq. 16) in ``dtype``: (B, H, N)."""
+    return torch.stack([torch.linalg.vector_norm(x, dim=-1, dtype=dtype)
+                        for x in q.unbind(0)])
+
+
+def _weighted_sum(weights, x):
+    """(B, H, N) weights, (B, H, N, d) tokens -> (B, H, d) in the weights' dtype."""
+    return head_matmul(weights[..., None, :], x, weights.dtype).squeeze(-2)
+
+
+def _project(x, vec):
+    """(B, H, N, d) tokens, (B, H, d) vector -> (B, H, N) dot products."""
+    return head_matmul(x, vec[..., None], vec.dtype).squeeze(-1)
+
+
+class _LinearInfSA(torch.autograd.Function):
+    """Context ``h`` of Eq. 21, (B, H, 1, dv); ``k=None`` ties keys to queries."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, eps):
+        keys = q if k is None else k
+        acc = _acc_dtype(q)
+        # autocast would run the float32 reductions in half precision
+        with torch.autocast(q.device.type, enabled=False):
+            energy = _energy(q, acc)
+            energy_norm = energy.sum(-1, keepdim=True) + eps
+            central = _weighted_sum(energy, q) / energy_norm
+            scores = torch.relu(_project(keys, central))
+            score_norm = scores.sum(-1, keepdim=True) + eps
+            context = _weighted_sum(scores, v) / score_norm
+        ctx.save_for_backward(q, k, v, energy, energy_norm, central, scores,
+                              score_norm, context)
+        return context.to(v.dtype)[..., None, :]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_context):
+        q, k, v, energy, energy_norm, central, scores, score_norm, context = \
+            ctx.saved_tensors
+        keys = q if k is None else k
+        acc = energy.dtype
+        grad = grad_context.squeeze(-2).to(acc) / score_norm  # G / (S + eps)
+        grad_v = torch.empty_like(v)
+        torch.mul(scores[..., None], grad[..., None, :], out=grad_v)
+        grad_z = _project(v, grad) - (grad * context).sum(-1, keepdim=True)
+        grad_z = grad_z * (scores > 0)
+        grad_central = _weighted_sum(grad_z, keys) / energy_norm  # dm
+        grad_energy = -(grad_central * central).sum(-1, keepdim=True)  # dE
+        coef = (_project(q, grad_central) + grad_energy) / energy
+        coef = coef.masked_fill_(energy == 0, 0)
+        grad_q = torch.empty_like(q)
+        torch.mul(q, coef[..., None], out=grad_q)
+        grad_q.addcmul_(energy[..., None], grad_central[..., None, :])
+        if k is None:
+            grad_q.addcmul_(grad_z[..., None], central[..., None, :])
+            return grad_q, None, grad_v, None
+        grad_k = torch.empty_like(k)
+        torch.mul(grad_z[..., None], central[..., None, :], out=grad_k)
+        return grad_q, grad_k, grad_v, None
+
+
+def torch_linear_infsa_context(q, k, v, eps=1e-6):
+    r"""Pooled value context :math:`h` of Eq. 21 per (batch, head): (B, heads, 1, dv).
+
+    Args:
+        q, k: (B, heads, N, d); ``k=None`` (or ``k is q``) is the paper's tied form.
+        v: (B, heads, N, dv).
+    Returns:
+        The context in the dtype of ``v``, accumulated in at least float32.
+    """
+    return _LinearInfSA.apply(q, None if k is q else k, v, eps)
 
 
 def linear_infsa_weights(q, k, eps=1e-6):
@@ -20,26 +119,7 @@ def linear_infsa_weights(q, k, eps=1e-6):
     Returns:
         (B, heads, N), non-negative, each row sums to 1 (or 0 if all scores are 0).
     """
-    acc = _acc_dtype(q)
-    energy = torch.linalg.vector_norm(q, dim=-1, dtype=acc)
-    alpha = energy / (energy.sum(-1, keepdim=True) + eps)
-    central = (alpha[..., None, :] @ q.to(acc)).squeeze(-2)  # (B, H, d)
-    scores = torch.relu((k.to(acc) @ central[..., None]).squeeze(-1))
+    energy = _energy(q, _acc_dtype(q))
+    central = _weighted_sum(energy, q) / (energy.sum(-1, keepdim=True) + eps)
+    scores = torch.relu(_project(k, central))
     return scores / (scores.sum(-1, keepdim=True) + eps)
-
-
-def linear_infsa_context(q, k, v, eps=1e-6):
-    r"""Pooled value context :math:`h = \sum_t a_t V_t` (Eq. 21): (B, heads, 1, d).
-
-    Half-precision inputs are accumulated in fp32; returned in the dtype of ``v``.
-    """
-    weights = linear_infsa_weights(q, k, eps)
-    return (weights[..., None, :] @ v.to(weights.dtype)).to(v.dtype)
-
-
-def linear_infsa(q, k, v, eps=1e-6):
-    """Linear InfSA output on (B, heads, N, d): the context broadcast to all tokens.
-
-    The result is an expanded view (no N x d copy); ``k=q`` gives the tied form.
-    """
-    return linear_infsa_context(q, k, v, eps).expand_as(v)

@@ -1,0 +1,56 @@
+"""Exact softmax attention: the one place that picks the kernel.
+
+Every exact ``softmax(Q K^T s) V`` of mmhybrid without a mask (ELFATT's block head,
+the global 'G' attention, SoLA's and InfViT's 'S' layers, unpadded CSWin stripes,
+ELFATT-SD's agent attention) calls :func:`softmax_attention`. It runs
+``flash_attn.flash_attn_func`` (:mod:`.flash`) when flash-attn is installed and the
+tensors allow it (CUDA, fp16/bf16, Ampere+, head size a multiple of 8 up to 256),
+else ``torch.nn.functional.scaled_dot_product_attention`` (which picks its own
+fused kernel). ``MMHYBRID_ATTN_BACKEND=sdpa|flash`` forces one; forcing ``flash``
+where it cannot run raises instead of falling back silently.
+"""
+import os
+
+import torch.nn.functional as F
+
+from .flash import flash_attention, flash_unusable_reason
+
+ENV_VAR = 'MMHYBRID_ATTN_BACKEND'
+BACKENDS = ('sdpa', 'flash')
+
+
+def attention_backend(q, k, v, backend=None):
+    """The backend :func:`softmax_attention` uses for these tensors.
+
+    ``backend`` (or else ``$MMHYBRID_ATTN_BACKEND``) forces ``'sdpa'`` or
+    ``'flash'``; None, empty or ``'auto'`` choose flash wherever it can run.
+    """
+    name = backend or os.environ.get(ENV_VAR) or 'auto'
+    if name == 'auto':
+        return 'flash' if flash_unusable_reason(q, k, v) is None else 'sdpa'
+    if name not in BACKENDS:
+        raise ValueError(f'unknown attention backend {name!r} (from backend= or '
+                         f'{ENV_VAR}); use one of {BACKENDS} or auto')
+    if name == 'flash':
+        reason = flash_unusable_reason(q, k, v)
+        if reason is not None:
+            raise RuntimeError(f'attention backend "flash" was requested (backend= '
+                               f'or {ENV_VAR}) but cannot run: {reason}')
+    return name
+
+
+def softmax_attention(q, k, v, dropout_p=0., scale=None, backend=None):
+    r"""``softmax(Q K^T s) V`` on (..., heads, N, d) tensors, no mask.
+
+    Same arguments and result as ``F.scaled_dot_product_attention(q, k, v,
+    dropout_p=dropout_p, scale=scale)``; ``scale`` defaults to ``d ** -0.5``.
+    ``backend``: ``'sdpa'``, ``'flash'`` or None (``$MMHYBRID_ATTN_BACKEND``, else
+    automatic; see :func:`attention_backend`).
+    """
+    if attention_backend(q, k, v, backend) == 'flash':
+        return flash_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+
+
+__all__ = ['softmax_attention', 'attention_backend', 'flash_attention',
+           'flash_unusable_reason']

@@ -1,0 +1,270 @@
+r"""EFFATT (ELFATT's global head, Eq. 8) as Triton kernels: two passes each way.
+
+With :math:`K_s = \mathrm{softmax}_N(K)` (per feature, over the tokens),
+:math:`C = K_s^T V` (d x dv) and :math:`Q_s = \mathrm{softmax}_d(Q)` (per token):
+
+* forward 1 (``K, V``): an online column softmax, as FlashAttention does over
+  keys: running column max ``M``, sum ``L`` and ``exp(K - M)^T V``, rescaled when
+  the max grows; per-program partials merged on the host into ``C``;
+* forward 2 (``Q``): ``softmax_d(Q_i) C`` per token;
+* backward 1 (``Q, dO``): :math:`dQ = Q_s \odot (dQ_s - \mathrm{rowsum}(dQ_s
+  \odot Q_s))` with :math:`dQ_s = dO\,C^T`, and the partial :math:`dC = Q_s^T dO`;
+* backward 2 (``K, V``): :math:`dV = K_s\,dC` and :math:`dK = K_s \odot (V dC^T -
+  g)`, where the column sums of the softmax backward are
+  :math:`g_c = \sum_j K_{s,jc} (V_j \cdot dC_c) = C_c \cdot dC_c`: O(d dv) numbers
+  known from the small tensors, so no extra pass over the tokens.
+
+Every input is read once per pass, every output and gradient written once; only
+``M``, ``L`` and ``C`` (O(d dv)) are kept for backward. The softmaxes and all
+accumulators are float32 (float64 for float64 inputs); the three products use
+``tl.dot`` on operands in the input dtype (tensor cores for fp16/bf16; fp32 at
+full ``ieee`` precision, not TF32). ``TRITON_INTERPRET=1`` set before Triton is imported
+runs the kernels on CPU tensors (tests).
+"""
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch.autograd.function import once_differentiable
+
+from ..token_tiling import TokenTiling
+
+INTERPRETED = os.environ.get('TRITON_INTERPRET', '0') == '1'
+
+
+@triton.jit
+def _offsets(rows, cols, s_n, s_d):
+    return rows[:, None].to(tl.int64) * s_n + cols[None, :] * s_d
+
+
+@triton.jit
+def _query_softmax(q_ptr, rows, cols, N, D, s_n, s_d, ACC: tl.constexpr):
+    """softmax over the d features of each row of a (BLOCK_N, BLOCK_D) tile."""
+    mask = (rows[:, None] < N) & (cols[None, :] < D)
+    q = tl.load(q_ptr + _offsets(rows, cols, s_n, s_d), mask=mask, other=0.).to(ACC)
+    q = tl.where(cols[None, :] < D, q, float('-inf'))
+    q = tl.exp(q - tl.max(q, axis=1)[:, None])
+    return q / tl.sum(q, axis=1)[:, None]
+
+
+@triton.jit
+def _small(ptr, cols, cols_v, D, DV):
+    """A (BLOCK_D, BLOCK_DV) tile of a contiguous (d, dv) matrix, zero padded."""
+    mask = (cols[:, None] < D) & (cols_v[None, :] < DV)
+    return tl.load(ptr + cols[:, None] * DV + cols_v[None, :], mask=mask, other=0.)
+
+
+@triton.jit
+def _key_context_kernel(k_ptr, v_ptr, part_m_ptr, part_l_ptr, part_c_ptr, N, D, DV, H,
+                        sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
+                        rows_per_program, ACC: tl.constexpr, DOT: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                        BLOCK_DV: tl.constexpr):
+    """Partial column max ``m``, ``sum exp(K - m)`` and ``exp(K - m)^T V``."""
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
+    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+    k_ptr += b * sk_b + h * sk_h
+    v_ptr += b * sv_b + h * sv_h
+    cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    col_max = tl.full([BLOCK_D], float('-inf'), ACC)
+    col_sum = tl.zeros([BLOCK_D], ACC)
+    context = tl.zeros([BLOCK_D, BLOCK_DV], ACC)
+    for start in range(0, rows_per_program, BLOCK_N):
+        rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
+        k = tl.load(k_ptr + _offsets(rows, cols, sk_n, sk_d),
+                    mask=(rows[:, None] < N) & (cols[None, :] < D), other=0.).to(ACC)
+        k = tl.where(rows[:, None] < N, k, float('-inf'))
+        v = tl.load(v_ptr + _offsets(rows, cols_v, sv_n, sv_d),
+                    mask=(rows[:, None] < N) & (cols_v[None, :] < DV), other=0.)
+        new_max = tl.maximum(col_max, tl.max(k, axis=0))
+        rescale = tl.exp(col_max - new_max)
+        p = tl.exp(k - new_max[None, :])
+        col_sum = col_sum * rescale + tl.sum(p, axis=0)
+        context = context * rescale[:, None] + tl.dot(
+            tl.trans(p.to(DOT)), v.to(DOT), input_precision='ieee').to(ACC)
+        col_max = new_max
+    part = pid_bh * tl.num_programs(1) + pid_n
+    tl.store(part_m_ptr + part * D + cols, col_max, mask=cols < D)
+    tl.store(part_l_ptr + part * D + cols, col_sum, mask=cols < D)
+    tl.store(part_c_ptr + part * D * DV + cols[:, None] * DV + cols_v[None, :], context,
+             mask=(cols[:, None] < D) & (cols_v[None, :] < DV))
+
+
+@triton.jit
+def _query_output_kernel(q_ptr, context_ptr, out_ptr, N, D, DV, H,
+                         sq_b, sq_h, sq_n, sq_d, so_b, so_h, so_n, so_d,
+                         rows_per_program, ACC: tl.constexpr, DOT: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                         BLOCK_DV: tl.constexpr):
+    """``softmax_d(Q) C`` for this program's tokens."""
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
+    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+    q_ptr += b * sq_b + h * sq_h
+    out_ptr += b * so_b + h * so_h
+    cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    context = _small(context_ptr + pid_bh * D * DV, cols, cols_v, D, DV).to(DOT)
+    for start in range(0, rows_per_program, BLOCK_N):
+        rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
+        q = _query_softmax(q_ptr, rows, cols, N, D, sq_n, sq_d, ACC)
+        out = tl.dot(q.to(DOT), context, input_precision='ieee')
+        tl.store(out_ptr + _offsets(rows, cols_v, so_n, so_d),
+                 out.to(out_ptr.dtype.element_ty),
+                 mask=(rows[:, None] < N) & (cols_v[None, :] < DV))
+
+
+@triton.jit
+def _query_grad_kernel(q_ptr, do_ptr, context_ptr, dq_ptr, part_dc_ptr, N, D, DV, H,
+                       sq_b, sq_h, sq_n, sq_d, so_b, so_h, so_n, so_d,
+                       sdq_b, sdq_h, sdq_n, sdq_d, rows_per_program,
+                       ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """``dQ`` of the feature softmax and the partial ``dC = softmax(Q)^T dO``."""
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
+    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+    q_ptr += b * sq_b + h * sq_h
+    do_ptr += b * so_b + h * so_h
+    dq_ptr += b * sdq_b + h * sdq_h
+    cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    context = _small(context_ptr + pid_bh * D * DV, cols, cols_v, D, DV).to(DOT)
+    grad_context = tl.zeros([BLOCK_D, BLOCK_DV], ACC)
+    for start in range(0, rows_per_program, BLOCK_N):
+        rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
+        q = _query_softmax(q_ptr, rows, cols, N, D, sq_n, sq_d, ACC)
+        do = tl.load(do_ptr + _offsets(rows, cols_v, so_n, so_d),
+                     mask=(rows[:, None] < N) & (cols_v[None, :] < DV),
+                     other=0.).to(DOT)
+        dq = tl.dot(do, tl.trans(context), input_precision='ieee').to(ACC)
+        dq = q * (dq - tl.sum(dq * q, axis=1)[:, None])
+        tl.store(dq_ptr + _offsets(rows, cols, sdq_n, sdq_d),
+                 dq.to(dq_ptr.dtype.element_ty),
+                 mask=(rows[:, None] < N) & (cols[None, :] < D))
+        grad_context += tl.dot(tl.trans(q.to(DOT)), do,
+                               input_precision='ieee').to(ACC)
+    part = pid_bh * tl.num_programs(1) + pid_n
+    tl.store(part_dc_ptr + part * D * DV + cols[:, None] * DV + cols_v[None, :],
+             grad_context, mask=(cols[:, None] < D) & (cols_v[None, :] < DV))
+
+
+@triton.jit
+def _key_value_grad_kernel(k_ptr, v_ptr, col_max_ptr, col_sum_ptr, dc_ptr, g_ptr,
+                           dk_ptr, dv_ptr, N, D, DV, H,
+                           sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
+                           sdk_b, sdk_h, sdk_n, sdk_d, sdv_b, sdv_h, sdv_n, sdv_d,
+                           rows_per_program, ACC: tl.constexpr, DOT: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                           BLOCK_DV: tl.constexpr):
+    """``dV = K_s dC`` and ``dK = K_s * (V dC^T - g)`` for this program's tokens."""
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
+    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+    k_ptr += b * sk_b + h * sk_h
+    v_ptr += b * sv_b + h * sv_h
+    dk_ptr += b * sdk_b + h * sdk_h
+    dv_ptr += b * sdv_b + h * sdv_h
+    cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    col_ok = cols < D
+    col_max = tl.load(col_max_ptr + pid_bh * D + cols, mask=col_ok, other=0.)
+    col_sum = tl.load(col_sum_ptr + pid_bh * D + cols, mask=col_ok, other=1.)
+    g = tl.load(g_ptr + pid_bh * D + cols, mask=col_ok, other=0.)
+    grad_context = _small(dc_ptr + pid_bh * D * DV, cols, cols_v, D, DV).to(DOT)
+    for start in range(0, rows_per_program, BLOCK_N):
+        rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
+        k_mask = (rows[:, None] < N) & col_ok[None, :]
+        v_mask = (rows[:, None] < N) & (cols_v[None, :] < DV)
+        k = tl.load(k_ptr + _offsets(rows, cols, sk_n, sk_d), mask=k_mask,
+                    other=0.).to(ACC)
+        k = tl.where(k_mask, tl.exp(k - col_max[None, :]) / col_sum[None, :], 0.)
+        v = tl.load(v_ptr + _offsets(rows, cols_v, sv_n, sv_d), mask=v_mask,
+                    other=0.).to(DOT)
+        dk = tl.dot(v, tl.trans(grad_context), input_precision='ieee').to(ACC)
+        tl.store(dk_ptr + _offsets(rows, cols, sdk_n, sdk_d),
+                 (k * (dk - g[None, :])).to(dk_ptr.dtype.element_ty), mask=k_mask)
+        dv = tl.dot(k.to(DOT), grad_context, input_precision='ieee')
+        tl.store(dv_ptr + _offsets(rows, cols_v, sdv_n, sdv_d),
+                 dv.to(dv_ptr.dtype.element_ty), mask=v_mask)
+
+
+def _dot_dtype(dtype):
+    """Operand dtype of the ``tl.dot`` products: the input dtype, except bfloat16
+    in the interpreter, whose bf16 ``tl.dot`` returns garbage (Triton 3.8.0)."""
+    if dtype == torch.bfloat16 and INTERPRETED:
+        return tl.float32
+    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
+            torch.float32: tl.float32, torch.float64: tl.float64}[dtype]
+
+
+class _FusedEFFATT(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, q, k, v, block_n, rows_per_program):
+        B, H, N, D = q.shape
+        DV = v.shape[-1]
+        cfg = TokenTiling(q, (D, DV), block_n, rows_per_program, min_block=16)
+        BLOCK_D, BLOCK_DV = cfg.blocks
+        launch = dict(ACC=tl.float64 if cfg.acc == torch.float64 else tl.float32,
+                      DOT=_dot_dtype(q.dtype), BLOCK_N=cfg.block_n, BLOCK_D=BLOCK_D,
+                      BLOCK_DV=BLOCK_DV)
+        part_m, part_l, part_c = cfg.partials(D), cfg.partials(D), cfg.partials(D, DV)
+        _key_context_kernel[cfg.grid](
+            k, v, part_m, part_l, part_c, N, D, DV, H, *k.stride(), *v.stride(),
+            cfg.rows_per_program, **launch)
+        col_max = part_m.amax(1)
+        rescale = torch.exp(part_m - col_max[:, None])
+        col_sum = (part_l * rescale).sum(1)
+        context = ((part_c * rescale[..., None]).sum(1) / col_sum[..., None])
+        context = context.contiguous()
+        out = v.new_empty(B, H, N, DV)
+        _query_output_kernel[cfg.grid](
+            q, context, out, N, D, DV, H, *q.stride(), *out.stride(),
+            cfg.rows_per_program, **launch)
+        ctx.save_for_backward(q, k, v, col_max, col_sum, context)
+        ctx.cfg, ctx.launch = cfg, launch
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v, col_max, col_sum, context = ctx.saved_tensors
+        cfg, launch = ctx.cfg, ctx.launch
+        B, H, N, D = q.shape
+        DV = v.shape[-1]
+        grad_out = grad_out.to(v.dtype)
+        grad_q, grad_k, grad_v = (torch.empty_like(t) for t in (q, k, v))
+        part_dc = cfg.partials(D, DV)
+        _query_grad_kernel[cfg.grid](
+            q, grad_out, context, grad_q, part_dc, N, D, DV, H, *q.stride(),
+            *grad_out.stride(), *grad_q.stride(), cfg.rows_per_program, **launch)
+        grad_context = part_dc.sum(1).contiguous()
+        g = (context * grad_context).sum(-1).contiguous()
+        _key_value_grad_kernel[cfg.grid](
+            k, v, col_max, col_sum, grad_context, g, grad_k, grad_v, N, D, DV, H,
+            *k.stride(), *v.stride(), *grad_k.stride(), *grad_v.stride(),
+            cfg.rows_per_program, **launch)
+        return grad_q, grad_k, grad_v, None, None
+
+
+def triton_unusable_reason(q, k, v):
+    """Why the Triton kernels cannot take these tensors (a sentence), or None."""
+    if not INTERPRETED and not (q.is_cuda and k.is_cuda and v.is_cuda):
+        return (f'the tensors are on {q.device.type}; the Triton kernels need CUDA '
+                f'tensors (or TRITON_INTERPRET=1 set before importing triton)')
+    if not q.dtype == k.dtype == v.dtype:
+        return 'q, k and v have different dtypes'
+    if q.dim() != 4:
+        return f'q, k, v must be (B, heads, N, d); got {q.dim()} dims'
+    return None
+
+
+def triton_effatt(q, k, v, block_n=None, rows_per_program=None):
+    """``softmax_d(Q) (softmax_N(K)^T V)`` with the fused passes of this module.
+
+    Args:
+        q, k: (B, heads, N, d); v: (B, heads, N, dv); one dtype, any strides.
+        block_n, rows_per_program: tile rows and rows per program (tests).
+    Returns:
+        (B, heads, N, dv) in the dtype of ``v``.
+    """
+    reason = triton_unusable_reason(q, k, v)
+    if reason is not None:
+        raise RuntimeError(f'EFFATT triton backend: {reason}')
+    return _FusedEFFATT.apply(q, k, v, block_n, rows_per_program)

@@ -1,0 +1,234 @@
+r"""Linear InfSA (Eq. 16-21) as Triton kernels: two passes forward, two backward.
+
+Same math and notation as :mod:`.linear`. Each kernel streams one (batch, head)
+slice of the tokens in ``BLOCK_N``-row tiles, reduces in float32 (float64 for
+float64 inputs) and writes one partial result per program; the O(d) partials are
+summed on the host between passes (the ReLU of Eq. 19 needs the complete central
+query before any score, so two passes is the floor):
+
+* forward 1 (``Q``): :math:`E = \sum e_i`, :math:`m = \sum e_i Q_i` -> :math:`\bar q`;
+* forward 2 (``K, V``): :math:`S = \sum s_j`, :math:`P = \sum s_j V_j` -> :math:`h`;
+* backward 1 (``K, V``): writes :math:`dV`, :math:`dK` and sums :math:`d\bar q`;
+* backward 2 (``Q``): writes :math:`dQ` (adding :math:`dK` in place when Q = K).
+
+Every input is read once per pass and every gradient written once; nothing of
+size N x d is stored between forward and backward. Inputs may be any strided
+(B, H, N, d) view (e.g. head views of a (B, N, C) projection): no copies.
+
+``TRITON_INTERPRET=1`` set before Triton is imported runs the kernels in Triton's
+interpreter on CPU tensors (tests; see tests/_triton.py).
+"""
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch.autograd.function import once_differentiable
+
+from ..token_tiling import TokenTiling
+
+INTERPRETED = os.environ.get('TRITON_INTERPRET', '0') == '1'
+
+
+@triton.jit
+def _tile(ptr, rows, cols, N, D, s_n, s_d, ACC: tl.constexpr):
+    mask = (rows[:, None] < N) & (cols[None, :] < D)
+    offsets = rows[:, None].to(tl.int64) * s_n + cols[None, :] * s_d
+    return tl.load(ptr + offsets, mask=mask, other=0.).to(ACC)
+
+
+@triton.jit
+def _store_tile(ptr, value, rows, cols, N, D, s_n, s_d):
+    mask = (rows[:, None] < N) & (cols[None, :] < D)
+    offsets = rows[:, None].to(tl.int64) * s_n + cols[None, :] * s_d
+    tl.store(ptr + offsets, value.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _energy_kernel(q_ptr, part_e_ptr, part_m_ptr, N, D, H,
+                   sq_b, sq_h, sq_n, sq_d, rows_per_program,
+                   ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Partial ``sum_i e_i`` and ``sum_i e_i Q_i`` over this program's rows."""
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
+    q_ptr += (pid_bh // H).to(tl.int64) * sq_b + (pid_bh % H).to(tl.int64) * sq_h
+    cols = tl.arange(0, BLOCK_D)
+    energy = tl.zeros([BLOCK_N], ACC)
+    moment = tl.zeros([BLOCK_D], ACC)
+    for start in range(0, rows_per_program, BLOCK_N):
+        rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
+        q = _tile(q_ptr, rows, cols, N, D, sq_n, sq_d, ACC)
+        e = tl.sqrt(tl.sum(q * q, axis=1))
+        energy += e
+        moment += tl.sum(e[:, None] * q, axis=0)
+    part = pid_bh * tl.num_programs(1) + pid_n
+    tl.store(part_e_ptr + part, tl.sum(energy, axis=0))
+    tl.store(part_m_ptr + part * D + cols, moment, mask=cols < D)
+
+
+@triton.jit
+def _context_kernel(k_ptr, v_ptr, central_ptr, part_s_ptr, part_p_ptr, N, D, DV, H,
+                    sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, rows_per_program,
+                    ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                    BLOCK_DV: tl.constexpr):
+    """Partial ``sum_j s_j`` and ``sum_j s_j V_j``, ``s_j = [qbar . K_j]_+``."""
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
+    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+    k_ptr += b * sk_b + h * sk_h
+    v_ptr += b * sv_b + h * sv_h
+    cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    central = tl.load(central_ptr + pid_bh * D + cols, mask=cols < D, other=0.)
+    score = tl.zeros([BLOCK_N], ACC)
+    pooled = tl.zeros([BLOCK_DV], ACC)
+    for start in range(0, rows_per_program, BLOCK_N):
+        rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
+        k = _tile(k_ptr, rows, cols, N, D, sk_n, sk_d, ACC)
+        s = tl.maximum(tl.sum(k * central[None, :], axis=1), 0.)
+        v = _tile(v_ptr, rows, cols_v, N, DV, sv_n, sv_d, ACC)
+        score += s
+        pooled += tl.sum(s[:, None] * v, axis=0)
+    part = pid_bh * tl.num_programs(1) + pid_n
+    tl.store(part_s_ptr + part, tl.sum(score, axis=0))
+    tl.store(part_p_ptr + part * DV + cols_v, pooled, mask=cols_v < DV)
+
+
+@triton.jit
+def _key_value_grad_kernel(k_ptr, v_ptr, central_ptr, grad_ptr, grad_h_ptr,
+                           dk_ptr, dv_ptr, part_dc_ptr, N, D, DV, H,
+                           sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
+                           sdk_b, sdk_h, sdk_n, sdk_d, sdv_b, sdv_h, sdv_n, sdv_d,
+                           rows_per_program, ACC: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """``dV_j = s_j g``, ``dz_j = [s_j > 0](V_j . g - h . g)``, ``dK_j = dz_j qbar``
+    and the partial ``sum_j dz_j K_j``, with ``g = G / (S + eps)``."""
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
+    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+    k_ptr += b * sk_b + h * sk_h
+    v_ptr += b * sv_b + h * sv_h
+    dk_ptr += b * sdk_b + h * sdk_h
+    dv_ptr += b * sdv_b + h * sdv_h
+    cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    central = tl.load(central_ptr + pid_bh * D + cols, mask=cols < D, other=0.)
+    grad = tl.load(grad_ptr + pid_bh * DV + cols_v, mask=cols_v < DV, other=0.)
+    grad_h = tl.load(grad_h_ptr + pid_bh)
+    grad_central = tl.zeros([BLOCK_D], ACC)
+    for start in range(0, rows_per_program, BLOCK_N):
+        rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
+        k = _tile(k_ptr, rows, cols, N, D, sk_n, sk_d, ACC)
+        v = _tile(v_ptr, rows, cols_v, N, DV, sv_n, sv_d, ACC)
+        z = tl.sum(k * central[None, :], axis=1)
+        _store_tile(dv_ptr, tl.maximum(z, 0.)[:, None] * grad[None, :], rows, cols_v,
+                    N, DV, sdv_n, sdv_d)
+        dz = tl.where(z > 0, tl.sum(v * grad[None, :], axis=1) - grad_h, 0.)
+        _store_tile(dk_ptr, dz[:, None] * central[None, :], rows, cols, N, D,
+                    sdk_n, sdk_d)
+        grad_central += tl.sum(dz[:, None] * k, axis=0)
+    part = pid_bh * tl.num_programs(1) + pid_n
+    tl.store(part_dc_ptr + part * D + cols, grad_central, mask=cols < D)
+
+
+@triton.jit
+def _query_grad_kernel(q_ptr, grad_m_ptr, grad_e_ptr, dq_ptr, N, D, H,
+                       sq_b, sq_h, sq_n, sq_d, sdq_b, sdq_h, sdq_n, sdq_d,
+                       rows_per_program, ACCUMULATE: tl.constexpr, ACC: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """``dQ_i = e_i dm + (Q_i . dm + dE) Q_i / e_i`` (+ the ``dK`` already in dQ)."""
+    pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
+    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+    q_ptr += b * sq_b + h * sq_h
+    dq_ptr += b * sdq_b + h * sdq_h
+    cols = tl.arange(0, BLOCK_D)
+    grad_m = tl.load(grad_m_ptr + pid_bh * D + cols, mask=cols < D, other=0.)
+    grad_e = tl.load(grad_e_ptr + pid_bh)
+    for start in range(0, rows_per_program, BLOCK_N):
+        rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
+        q = _tile(q_ptr, rows, cols, N, D, sq_n, sq_d, ACC)
+        e = tl.sqrt(tl.sum(q * q, axis=1))
+        coef = tl.sum(q * grad_m[None, :], axis=1) + grad_e
+        coef = tl.where(e > 0, coef / tl.where(e > 0, e, 1.), 0.)
+        dq = e[:, None] * grad_m[None, :] + coef[:, None] * q
+        if ACCUMULATE:
+            dq += _tile(dq_ptr, rows, cols, N, D, sdq_n, sdq_d, ACC)
+        _store_tile(dq_ptr, dq, rows, cols, N, D, sdq_n, sdq_d)
+
+
+class _FusedLinearInfSA(torch.autograd.Function):
+    """Context ``h`` of Eq. 21, (B, H, 1, dv); ``k=None`` ties keys to queries."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, eps, block_n, rows_per_program):
+        keys = q if k is None else k
+        B, H, N, D = q.shape
+        DV = v.shape[-1]
+        cfg = TokenTiling(q, (D, DV), block_n, rows_per_program)
+        BLOCK_D, BLOCK_DV = cfg.blocks
+        ACC = tl.float64 if cfg.acc == torch.float64 else tl.float32
+        launch = dict(ACC=ACC, BLOCK_N=cfg.block_n, BLOCK_D=BLOCK_D)
+        part_e, part_m = cfg.partials(), cfg.partials(D)
+        _energy_kernel[cfg.grid](
+            q, part_e, part_m, N, D, H, *q.stride(), cfg.rows_per_program, **launch)
+        energy_norm = part_e.sum(1) + eps
+        central = (part_m.sum(1) / energy_norm[:, None]).contiguous()
+        part_s, part_p = cfg.partials(), cfg.partials(DV)
+        _context_kernel[cfg.grid](
+            keys, v, central, part_s, part_p, N, D, DV, H, *keys.stride(),
+            *v.stride(), cfg.rows_per_program, BLOCK_DV=BLOCK_DV, **launch)
+        score_norm = part_s.sum(1) + eps
+        context = part_p.sum(1) / score_norm[:, None]
+        ctx.save_for_backward(q, k, v, energy_norm, central, score_norm, context)
+        ctx.cfg, ctx.launch, ctx.block_dv = cfg, launch, BLOCK_DV
+        return context.view(B, H, 1, DV).to(v.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_context):
+        q, k, v, energy_norm, central, score_norm, context = ctx.saved_tensors
+        cfg, launch = ctx.cfg, ctx.launch
+        keys = q if k is None else k
+        B, H, N, D = q.shape
+        DV = v.shape[-1]
+        grad = grad_context.reshape(cfg.BH, DV).to(cfg.acc) / score_norm[:, None]
+        grad_h = (grad * context).sum(-1)
+        grad_q, grad_v = torch.empty_like(q), torch.empty_like(v)
+        grad_k = grad_q if k is None else torch.empty_like(k)
+        part_dc = cfg.partials(D)
+        _key_value_grad_kernel[cfg.grid](
+            keys, v, central, grad.contiguous(), grad_h, grad_k, grad_v, part_dc,
+            N, D, DV, H, *keys.stride(), *v.stride(), *grad_k.stride(),
+            *grad_v.stride(), cfg.rows_per_program, BLOCK_DV=ctx.block_dv, **launch)
+        grad_m = (part_dc.sum(1) / energy_norm[:, None]).contiguous()
+        grad_e = -(grad_m * central).sum(-1)
+        _query_grad_kernel[cfg.grid](
+            q, grad_m, grad_e, grad_q, N, D, H, *q.stride(), *grad_q.stride(),
+            cfg.rows_per_program, ACCUMULATE=k is None, **launch)
+        return grad_q, None if k is None else grad_k, grad_v, None, None, None
+
+
+def triton_unusable_reason(q, k, v):
+    """Why the Triton kernels cannot take these tensors (a sentence), or None."""
+    tensors = (q, v) if k is None or k is q else (q, k, v)
+    if not INTERPRETED and not all(t.is_cuda for t in tensors):
+        return (f'the tensors are on {q.device.type}; the Triton kernels need CUDA '
+                f'tensors (or TRITON_INTERPRET=1 set before importing triton)')
+    if len({t.dtype for t in tensors}) > 1:
+        return 'q, k and v have different dtypes'
+    return None
+
+
+def triton_linear_infsa_context(q, k, v, eps=1e-6, block_n=None,
+                                rows_per_program=None):
+    r"""Pooled value context :math:`h` of Eq. 21: (B, heads, 1, dv), fused passes.
+
+    Args:
+        q, k: (B, heads, N, d); ``k=None`` (or ``k is q``) is the tied form.
+        v: (B, heads, N, dv). All of one dtype (fp16/bf16/fp32/fp64).
+        block_n, rows_per_program: tile rows and rows per program (tests; by
+            default sized to fill the GPU).
+    Returns:
+        The context in the dtype of ``v``, accumulated in float32 (float64 for
+        float64 inputs).
+    """
+    reason = triton_unusable_reason(q, k, v)
+    if reason is not None:
+        raise RuntimeError(f'Linear InfSA triton backend: {reason}')
+    return _FusedLinearInfSA.apply(q, None if k is q else k, v, eps, block_n,
+                                   rows_per_program)
