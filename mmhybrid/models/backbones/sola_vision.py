@@ -85,7 +85,8 @@ class SoLAVision(BaseBackbone):
         head_dim (int): channels per softmax attention head.
         hidden_rate (float): channel-mix expansion of the WKV layers.
         mlp_ratio (float): MLP expansion of the softmax layers.
-        key_norm (bool): LayerNorm on the WKV output and channel-mix key.
+        key_norm (bool): Vision-RWKV's LayerNorm on the WKV output and the
+            channel-mix key; not in the paper, off by default.
         drop_path_rate (float): stochastic depth, linearly increasing per layer.
         layer_scale_init_value (float, optional): enables LayerScale.
         out_indices (sequence[int]): stages whose (normed) maps are returned.
@@ -95,7 +96,7 @@ class SoLAVision(BaseBackbone):
     def __init__(self, arch='t', schedule=None, hsb_routes=None, with_hsb=True,
                  pretrain_img_size=224, in_channels=3, patch_size=4,
                  head_dim=32, hidden_rate=4, mlp_ratio=4, qkv_bias=True,
-                 key_norm=True, drop_rate=0., drop_path_rate=0.1,
+                 key_norm=False, drop_rate=0., drop_path_rate=0.1,
                  layer_scale_init_value=None, out_indices=(0, 1, 2, 3),
                  norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
                  with_cp=False, init_cfg=None):
