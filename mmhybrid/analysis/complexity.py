@@ -15,14 +15,12 @@ def stage_parts(backbone):
     if not hasattr(backbone, 'stage_parts'):
         return [(name, [child]) for name, child in backbone.named_children()]
     rows = []
-    index = 0
-    while True:
+    for index in range(sum(1 for _ in backbone.modules()) + 1):  # a bound
         try:
             parts = backbone.stage_parts(index)
         except (IndexError, NotImplementedError):
             break
         rows.append(('stem' if index == 0 else f'stage{index}', parts))
-        index += 1
     return rows or [(name, [child]) for name, child in backbone.named_children()]
 
 

@@ -38,12 +38,13 @@ def register_flops(*module_types):
     the ops it executes outside its children are not counted. Subclasses inherit
     the formula of their nearest registered base class.
 
-    Example (what the lead adds for a new layer at merge)::
+    Example, for a layer whose chunked recurrence costs ``c`` multiply-adds per token
+    and channel whatever its implementation::
 
-        @register_flops(GatedDeltaNetMixer)
-        def gated_delta_net(module, inputs, output):
+        @register_flops(MyRecurrentMixer)
+        def my_recurrent_mixer(module, inputs, output):
             B, N, C = inputs[0].shape
-            return {'gdn': B * N * C * (2 * module.head_dim + 3)}
+            return {'recurrence': c * B * N * C}
     """
     def decorator(formula):
         for module_type in module_types:

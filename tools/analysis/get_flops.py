@@ -1,6 +1,6 @@
 """Parameters and FLOPs of the model a config builds, per backbone stage and part.
 
-    python tools/analysis/get_flops.py configs/sola/upernet_sola-t_ade20k.py --shape 512 512
+    python tools/analysis/get_flops.py configs/sola/upernet_sola-t_ade20k.py --shape 512
     python tools/analysis/get_flops.py configs/sola/sola-t_in1k.py --backbone-only
     python tools/analysis/get_flops.py --arch SoLAVision t s b     # bare backbones, 224^2
     python tools/analysis/get_flops.py --paper-tables [sola elfatt infvit]

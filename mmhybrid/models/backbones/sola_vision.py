@@ -18,10 +18,13 @@ from .base_backbone import BaseBackbone
 
 LAYER_TYPES = {'L': WKVLayer, 'S': SoftmaxLayer}
 
-# Table 7. Routes are ((stage, layer) of an 'L' source, (stage, layer) of an 'S'
-# target), 1-based. For B the table prints targets (3,3),(3,6),...,(3,15), which
-# are 'L' layers of its schedule; we read them as the softmax layers that follow
-# (3,4),(3,7),...,(3,16) -- see docs/design.md.
+# Table 7 as printed: widths per stage (S and B are Swin-T's and Swin-B's), schedules
+# and HSB routes. Our counts against the paper's, and the readings checked for T's
+# parameters and S's FLOPs (e.g. S and B with exchanged stage-1 widths), are in
+# docs/design.md. Routes are ((stage, layer) of an 'L' source, (stage, layer) of an
+# 'S' target), 1-based. For B the table prints
+# targets (3,3),(3,6),...,(3,15), which are 'L' layers of its schedule; we read them as
+# the softmax layers that follow (3,4),(3,7),...,(3,16) -- see docs/design.md.
 ARCH_SETTINGS = {
     't': dict(
         embed_dims=(96, 128, 192, 256),
