@@ -21,6 +21,7 @@ import os.path as osp
 
 import torch
 from mmengine.config import DictAction
+from mmengine.logging import MMLogger
 from mmengine.registry import MODELS, init_default_scope
 
 import mmhybrid  # noqa: F401  registers our models
@@ -152,7 +153,7 @@ def _diff(ours, paper):
 
 
 def run_paper_tables(args):
-    logging.getLogger('mmengine').setLevel(logging.WARNING)  # keep stdout a table
+    MMLogger.get_current_instance().setLevel(logging.WARNING)  # stdout: the table
     chosen = set(args.paper_tables) or set(PAPERS)
     unknown = chosen - set(PAPERS)
     if unknown:
