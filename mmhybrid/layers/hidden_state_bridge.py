@@ -7,6 +7,12 @@ def equidistant_sample(tokens, src_hw, dst_hw):
     """Parameter-free Samp(.) of Eq. 10: pick the source token nearest to each cell
     centre of an equally spaced ``dst_hw`` grid laid over the ``src_hw`` map.
 
+    Eq. 10 also names the effective interaction range xi_eff (Eq. 5/8) as an
+    argument of Samp, but X_HSB must have exactly the target's T_3 tokens, so the
+    stride is fixed by the two grids; xi_eff is the paper's reason why one token per
+    cell suffices (each WKV state token already summarises its neighbourhood), not
+    a free parameter, and the paper gives no epsilon to compute it from.
+
     Args:
         tokens: (B, Hs * Ws, C).
     Returns:

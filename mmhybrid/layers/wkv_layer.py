@@ -22,14 +22,18 @@ class TokenShiftMix(nn.Module):
 
 
 class SpatialMix(nn.Module):
-    """Receptance-gated bidirectional WKV (Eq. 9): ``W_o (sigma(R) * norm(wkv(K, V)))``.
+    """Receptance-gated bidirectional WKV (Eq. 9): ``W_o (sigma(R) * wkv(K, V))``.
 
-    The learnable ``spatial_decay`` (w) and ``spatial_first`` (u) are divided by the
-    number of tokens N, the 1/N distance scaling of Eq. 9. ``forward`` also returns
-    the WKV output (the per-token normalised hidden state) for the Hidden State Bridge.
+    Eq. 9 weighs token i by ``e^{-(|t-i|-1)/N w + k_i}`` and the token itself by
+    ``e^{u + k_t}``: the learnable ``spatial_decay`` (w) is divided by the number of
+    tokens N (the distance is measured in sequence lengths), the ``spatial_first``
+    bonus (u) is not (Vision-RWKV's code divides both). ``key_norm`` adds
+    Vision-RWKV's optional LayerNorm on the WKV output (not in the paper). ``forward``
+    also returns the WKV output (the per-token normalised hidden state) for the
+    Hidden State Bridge.
     """
 
-    def __init__(self, dims, key_norm=True, norm_cfg=dict(type='LN')):
+    def __init__(self, dims, key_norm=False, norm_cfg=dict(type='LN')):
         super().__init__()
         self.shift_mix = TokenShiftMix(dims, 3)
         self.key = nn.Linear(dims, dims, bias=False)
@@ -44,16 +48,17 @@ class SpatialMix(nn.Module):
     def forward(self, x, hw_shape):
         xk, xv, xr = self.shift_mix(x, hw_shape)
         N = x.shape[1]
-        hidden = bi_wkv(self.spatial_decay / N, self.spatial_first / N,
+        hidden = bi_wkv(self.spatial_decay / N, self.spatial_first,
                         self.key(xk), self.value(xv))
         out = torch.sigmoid(self.receptance(xr)) * self.key_norm(hidden)
         return self.output(out), hidden
 
 
 class ChannelMix(nn.Module):
-    """Gated squared-ReLU MLP: ``sigma(R_c) * W_v ReLU(K_c)^2``."""
+    """Gated squared-ReLU MLP: ``sigma(R_c) * W_v ReLU(K_c)^2`` (``key_norm``: a
+    LayerNorm on ``ReLU(K_c)^2``, Vision-RWKV's option, not in the paper)."""
 
-    def __init__(self, dims, hidden_rate=4, key_norm=True,
+    def __init__(self, dims, hidden_rate=4, key_norm=False,
                  norm_cfg=dict(type='LN')):
         super().__init__()
         hidden = int(dims * hidden_rate)
@@ -76,7 +81,7 @@ class WKVLayer(nn.Module):
     Returns ``(x, hidden)``; ``hidden`` is the WKV output of the spatial mix.
     """
 
-    def __init__(self, dims, hidden_rate=4, key_norm=True, drop_path=0.,
+    def __init__(self, dims, hidden_rate=4, key_norm=False, drop_path=0.,
                  layer_scale_init_value=None, norm_cfg=dict(type='LN')):
         super().__init__()
         self.norm1 = build_norm_layer(norm_cfg, dims)[1]
@@ -91,7 +96,8 @@ class WKVLayer(nn.Module):
         """Spread decays over channels, slower decay deeper (RWKV's init idea).
 
         ``spatial_decay`` goes from -5 to 3 across channels along a power curve whose
-        exponent grows with depth; ``spatial_first`` starts at log(0.3).
+        exponent grows with depth; ``spatial_first`` starts at log(0.3): a token
+        weighs itself 0.3 times its nearest neighbours (RWKV-4's initial bonus).
         """
         attn = self.attn
         C = attn.spatial_decay.numel()

@@ -1,4 +1,5 @@
-# SoLA-Vision ImageNet-1K classification (paper Sec. 5.1, Swin recipe): the
+# SoLA-Vision ImageNet-1K classification (paper Sec. 5.1, Table 3, Swin
+# recipe) with the Hidden State Bridge (Table 6: "SoLA Pattern + HSB"): the
 # last stage's map, global average pooling and a linear head. Variants set
 # arch, drop path and the head in_channels.
 _base_ = ['../../_base_/recipes/in1k_swin_300e.py']

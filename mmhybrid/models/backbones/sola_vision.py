@@ -18,10 +18,13 @@ from .base_backbone import BaseBackbone
 
 LAYER_TYPES = {'L': WKVLayer, 'S': SoftmaxLayer}
 
-# Table 7. Routes are ((stage, layer) of an 'L' source, (stage, layer) of an 'S'
-# target), 1-based. For B the table prints targets (3,3),(3,6),...,(3,15), which
-# are 'L' layers of its schedule; we read them as the softmax layers that follow
-# (3,4),(3,7),...,(3,16) -- see docs/design.md.
+# Table 7 as printed: widths per stage (S and B are Swin-T's and Swin-B's), schedules
+# and HSB routes. Our counts against the paper's, and the readings checked for T's
+# parameters and S's FLOPs (e.g. S and B with exchanged stage-1 widths), are in
+# docs/design.md. Routes are ((stage, layer) of an 'L' source, (stage, layer) of an
+# 'S' target), 1-based. For B the table prints
+# targets (3,3),(3,6),...,(3,15), which are 'L' layers of its schedule; we read them as
+# the softmax layers that follow (3,4),(3,7),...,(3,16) -- see docs/design.md.
 ARCH_SETTINGS = {
     't': dict(
         embed_dims=(96, 128, 192, 256),
@@ -85,7 +88,8 @@ class SoLAVision(BaseBackbone):
         head_dim (int): channels per softmax attention head.
         hidden_rate (float): channel-mix expansion of the WKV layers.
         mlp_ratio (float): MLP expansion of the softmax layers.
-        key_norm (bool): LayerNorm on the WKV output and channel-mix key.
+        key_norm (bool): Vision-RWKV's LayerNorm on the WKV output and the
+            channel-mix key; not in the paper, off by default.
         drop_path_rate (float): stochastic depth, linearly increasing per layer.
         layer_scale_init_value (float, optional): enables LayerScale.
         out_indices (sequence[int]): stages whose (normed) maps are returned.
@@ -95,7 +99,7 @@ class SoLAVision(BaseBackbone):
     def __init__(self, arch='t', schedule=None, hsb_routes=None, with_hsb=True,
                  pretrain_img_size=224, in_channels=3, patch_size=4,
                  head_dim=32, hidden_rate=4, mlp_ratio=4, qkv_bias=True,
-                 key_norm=True, drop_rate=0., drop_path_rate=0.1,
+                 key_norm=False, drop_rate=0., drop_path_rate=0.1,
                  layer_scale_init_value=None, out_indices=(0, 1, 2, 3),
                  norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
                  with_cp=False, init_cfg=None):

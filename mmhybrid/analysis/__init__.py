@@ -1,0 +1,11 @@
+"""Model complexity: parameters and multiply-adds (``tools/analysis/get_flops.py``)."""
+from .complexity import Complexity, stage_parts
+from .flop_counter import (ATEN_RULES, FLOP_FORMULAS, FlopCount, FlopCounter,
+                           count_flops, register_flops)
+from .formulas import WKV_MACS_PER_TOKEN_CHANNEL, wkv_macs
+
+__all__ = [
+    'Complexity', 'stage_parts', 'ATEN_RULES', 'FLOP_FORMULAS', 'FlopCount',
+    'FlopCounter', 'count_flops', 'register_flops', 'WKV_MACS_PER_TOKEN_CHANNEL',
+    'wkv_macs'
+]

@@ -1,0 +1,242 @@
+"""Count the multiply-adds of a forward pass, per module and per kind of work.
+
+The convention is fvcore's (and mmengine's ``FlopAnalyzer``, which upstream
+``get_flops`` tools use): one fused multiply-add counts 1; matrix products and
+convolutions count their multiply-adds; normalisation, interpolation and pooling
+count fvcore's per-element factors; element-wise ops (activations, softmax, adds)
+count nothing. Two things fvcore cannot see are added:
+
+* ``F.scaled_dot_product_attention`` as one op on any backend, ``Q K^T`` and
+  ``A V`` (fvcore cannot see it; ``torch.utils.flop_counter`` counts 0 for the
+  CPU kernel); masks do not reduce the count;
+* modules with a registered formula (:func:`register_flops`): the ops such a
+  module runs itself, outside its child modules, are replaced by the formula. That
+  is how ops whose code does not show their arithmetic are counted (the WKV scan is
+  element-wise; a fused Triton kernel is invisible), independent of the backend.
+
+Counting runs the model for real (:class:`FlopCounter` is a ``TorchDispatchMode``
+plus module hooks), so every op of any code path is seen exactly once.
+"""
+import math
+from collections import Counter, defaultdict
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
+FLOP_FORMULAS = {}
+
+
+def register_flops(*module_types):
+    """Register ``formula(module, inputs, output)`` for modules of these types.
+
+    The formula returns the multiply-adds the module computes itself (not those of
+    its child modules, which are counted as usual) as an int, or a dict
+    ``{kind: count}`` to keep kinds apart in reports. While such a module runs,
+    the ops it executes outside its children are not counted. Subclasses inherit
+    the formula of their nearest registered base class.
+
+    Example, for a layer whose chunked recurrence costs ``c`` multiply-adds per token
+    and channel whatever its implementation::
+
+        @register_flops(MyRecurrentMixer)
+        def my_recurrent_mixer(module, inputs, output):
+            B, N, C = inputs[0].shape
+            return {'recurrence': c * B * N * C}
+    """
+    def decorator(formula):
+        for module_type in module_types:
+            FLOP_FORMULAS[module_type] = formula
+        return formula
+    return decorator
+
+
+def formula_for(module):
+    for cls in type(module).__mro__:
+        if cls in FLOP_FORMULAS:
+            return FLOP_FORMULAS[cls]
+    return None
+
+
+def _prod(shape):
+    return math.prod(shape)
+
+
+def _mm(a, b, *_):
+    return a.shape[0] * a.shape[1] * b.shape[-1]
+
+
+def _bmm(a, b, *_):
+    return a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+
+
+def _conv(x, weight, bias, stride, padding, dilation, transposed, *_, out):
+    spatial = (x if transposed else out).shape[2:]
+    return x.shape[0] * _prod(weight.shape) * _prod(spatial)
+
+
+def _attention(q, k, v, *_):
+    """Scaled-dot-product attention on (..., L, E) queries, (..., S, E) keys."""
+    *batch, L, E = q.shape
+    return _prod(batch) * L * k.shape[-2] * (E + v.shape[-1])
+
+
+def _norm(x, affine):
+    return x.numel() * (5 if affine else 4)
+
+
+def _batch_norm(x, weight, training):
+    if training:
+        return _norm(x, weight is not None)
+    return x.numel() * (2 if weight is not None else 1)
+
+
+# aten op -> (kind, count(*args, out=output)); fvcore's factors where it has them
+ATEN_RULES = {
+    aten.mm: ('matmul', lambda a, b, out: _mm(a, b)),
+    aten.addmm: ('matmul', lambda bias, a, b, *_, out: _mm(a, b)),
+    aten._addmm_activation: ('matmul', lambda bias, a, b, *_, out: _mm(a, b)),
+    aten.mv: ('matmul', lambda a, b, out: a.numel()),
+    aten.addmv: ('matmul', lambda bias, a, b, *_, out: a.numel()),
+    aten.dot: ('matmul', lambda a, b, out: a.numel()),
+    aten.bmm: ('matmul', lambda a, b, out: _bmm(a, b)),
+    aten.baddbmm: ('matmul', lambda bias, a, b, *_, out: _bmm(a, b)),
+    aten.convolution: ('conv', _conv),
+    aten._convolution: ('conv', _conv),
+    aten.native_layer_norm: (
+        'norm', lambda x, shape, weight, *_, out: _norm(x, weight is not None)),
+    aten.native_group_norm: (
+        'norm', lambda x, weight, *_, out: _norm(x, weight is not None)),
+    aten._native_batch_norm_legit_no_training: (
+        'norm', lambda x, weight, *_, out: _batch_norm(x, weight, False)),
+    aten._native_batch_norm_legit: (
+        'norm', lambda x, weight, *_, out: _batch_norm(x, weight, True)),
+    aten.native_batch_norm: (
+        'norm', lambda x, weight, b, rm, rv, training, *_, out: _batch_norm(
+            x, weight, training)),
+    aten.upsample_nearest2d: ('resample', lambda *a, out: out.numel()),
+    aten._upsample_nearest_exact2d: ('resample', lambda *a, out: out.numel()),
+    aten.upsample_bilinear2d: ('resample', lambda *a, out: 4 * out.numel()),
+    aten._adaptive_avg_pool2d: ('resample', lambda x, *_, out: x.numel()),
+    aten.grid_sampler_2d: ('resample', lambda *a, out: 4 * out.numel()),
+}
+
+
+class FlopCount:
+    """Multiply-adds of one forward pass: ``counts[module_name][kind]``.
+
+    ``module_name`` is the innermost module that ran the op ('' for the root).
+    """
+
+    def __init__(self, counts):
+        self.counts = counts
+
+    def _within(self, prefix):
+        for name, kinds in self.counts.items():
+            if not prefix or name == prefix or name.startswith(prefix + '.'):
+                yield kinds
+
+    def by_kind(self, prefix=''):
+        """Counter of kind -> multiply-adds inside module ``prefix``."""
+        total = Counter()
+        for kinds in self._within(prefix):
+            total.update(kinds)
+        return total
+
+    def total(self, prefix=''):
+        return sum(self.by_kind(prefix).values())
+
+
+class _AttentionCalls(TorchFunctionMode):
+    """Counts ``F.scaled_dot_product_attention`` as one op, whatever kernel runs
+    (the math fallback would otherwise show up as two matmuls)."""
+
+    def __init__(self, counter):
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is not F.scaled_dot_product_attention:
+            return func(*args, **kwargs)
+        self.counter._add('attention', _attention(*args[:3]))
+        self.counter._muted += 1
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.counter._muted -= 1
+
+
+class FlopCounter(TorchDispatchMode):
+    """Context manager that counts the multiply-adds ``model`` runs inside it.
+
+    Example::
+
+        with FlopCounter(model) as counter, torch.no_grad():
+            model(x)
+        counter.result.total('backbone'), counter.result.by_kind()
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.counts = defaultdict(Counter)
+        self._stack = []  # [name, formula, inputs] of the modules running
+        self._handles = []
+        self._muted = 0  # > 0 inside an op counted as a whole
+        self._attention = _AttentionCalls(self)
+
+    @property
+    def result(self):
+        return FlopCount({k: Counter(v) for k, v in self.counts.items()})
+
+    def __enter__(self):
+        for name, module in self.model.named_modules():
+            self._handles += [
+                module.register_forward_pre_hook(self._enter_module(name)),
+                module.register_forward_hook(self._leave_module, always_call=True)]
+        self._attention.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._attention.__exit__(*exc)
+        return super().__exit__(*exc)
+
+    def _add(self, kind, count):
+        """Count ``kind`` for the innermost running module unless its formula or an
+        enclosing whole-op count covers it."""
+        if self._muted or (self._stack and self._stack[-1][1] is not None):
+            return
+        self.counts[self._stack[-1][0] if self._stack else ''][kind] += int(count)
+
+    def _enter_module(self, name):
+        def hook(module, inputs):
+            self._stack.append((name, formula_for(module), inputs))
+        return hook
+
+    def _leave_module(self, module, inputs, output):
+        name, formula, inputs = self._stack.pop()
+        if formula is not None:
+            count = formula(module, inputs, output)
+            self.counts[name].update(
+                count if isinstance(count, dict) else {type(module).__name__: count})
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        rule = ATEN_RULES.get(func.overloadpacket)
+        if rule is not None:
+            kind, count = rule
+            self._add(kind, count(*args, out=out))
+        return out
+
+
+def count_flops(model, *inputs, **kwargs):
+    """Run ``model(*inputs, **kwargs)`` without gradients; return its FlopCount."""
+    with FlopCounter(model) as counter, torch.no_grad():
+        model(*inputs, **kwargs)
+    return counter.result

@@ -1,0 +1,188 @@
+"""Parameters and FLOPs of the model a config builds, per backbone stage and part.
+
+    python tools/analysis/get_flops.py configs/sola/upernet_sola-t_ade20k.py --shape 512
+    python tools/analysis/get_flops.py configs/sola/sola-t_in1k.py --backbone-only
+    python tools/analysis/get_flops.py --arch SoLAVision t s b     # bare backbones, 224^2
+    python tools/analysis/get_flops.py --paper-tables [sola elfatt infvit]
+
+FLOPs are multiply-adds counted as fvcore / mmengine's ``get_flops`` count them
+(matrix products, convolutions, norms and resampling with fvcore's factors;
+element-wise ops not counted), plus scaled-dot-product attention (``Q K^T`` and
+``A V``) and the registered formulas of custom ops (WKV: 8 per token and channel),
+see ``mmhybrid/analysis``. The model runs once on a random image on the CPU
+(``--device`` to change). Whole models run in upstream's ``mode='tensor'``
+(segmentors: backbone + decode head; detectors: up to the RoI head outputs;
+classifiers: up to the logits), as mmseg/mmdet/mmpretrain's own get_flops do.
+``--paper-tables`` prints the markdown table of docs/benchmarks.md.
+"""
+import argparse
+import logging
+import os.path as osp
+
+import torch
+from mmengine.config import DictAction
+from mmengine.logging import MMLogger
+from mmengine.registry import MODELS, init_default_scope
+
+import mmhybrid  # noqa: F401  registers our models
+from mmhybrid.analysis import Complexity
+from mmhybrid.analysis.paper_figures import PAPER_FIGURES, PAPERS
+from mmhybrid.utils import load_config
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('config', nargs='?', help='config file')
+    parser.add_argument('--shape', type=int, nargs='+', default=[224],
+                        help='input H [W] (default 224)')
+    parser.add_argument('--backbone-only', action='store_true',
+                        help='count model.backbone only, as SoLA-Vision does')
+    parser.add_argument('--arch', nargs='+', metavar=('TYPE', 'ARCH'),
+                        help='bare backbones instead of a config, e.g. SoLAVision t s')
+    parser.add_argument('--paper-tables', nargs='*', metavar='PAPER',
+                        help='our figures beside the papers\' (sola elfatt infvit)')
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config entries')
+    args = parser.parse_args(argv)
+    modes = [args.config is not None, args.arch is not None,
+             args.paper_tables is not None]
+    if sum(modes) != 1:
+        parser.error('give exactly one of CONFIG, --arch or --paper-tables')
+    if args.arch is not None and len(args.arch) < 2:
+        parser.error('--arch needs a backbone type and at least one arch')
+    return args
+
+
+def input_shape(shape):
+    if len(shape) not in (1, 2):
+        raise ValueError(f'--shape takes H or H W, got {shape}')
+    return tuple(shape * 2)[:2]
+
+
+def build_from_config(path, options=None):
+    cfg = load_config(path, options)
+    init_default_scope(cfg.get('default_scope', 'mmengine'))
+    model = MODELS.build(cfg.model)
+    return cfg, model
+
+
+def measure(model, shape, backbone_only=False, device='cpu'):
+    """Complexity of ``model`` (or its backbone) on one random ``shape`` image."""
+    model = model.to(device).eval()
+    x = torch.randn(1, 3, *shape, device=device)
+    if backbone_only:
+        return Complexity(model.backbone, x)
+    if not hasattr(model, 'data_preprocessor'):  # a bare backbone
+        return Complexity(model, x)
+    samples = None
+    if model.__class__.__module__.startswith('mmdet'):
+        from mmdet.structures import DetDataSample
+        meta = dict(img_shape=shape, ori_shape=shape, pad_shape=shape,
+                    batch_input_shape=shape, scale_factor=(1., 1.))
+        samples = [DetDataSample(metainfo=meta)]
+    return Complexity(model, x, samples, mode='tensor')
+
+
+def table(rows, kinds):
+    """Markdown table of (label, params, Counter of kinds) rows."""
+    head = ['part', 'params (M)', 'GFLOPs'] + [f'of which {k}' for k in kinds]
+    lines = ['| ' + ' | '.join(head) + ' |', '|' + ' --- |' * len(head)]
+    for label, params, counts in rows:
+        cells = [label, f'{params / 1e6:.3f}', f'{sum(counts.values()) / 1e9:.3f}']
+        cells += [f'{counts[k] / 1e9:.3f}' if counts[k] else '' for k in kinds]
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def report(model, complexity, backbone_only):
+    """Rows: backbone stages, then the model's other top-level parts, then total."""
+    root = model.backbone if backbone_only else model
+    backbone = getattr(root, 'backbone', root)
+    prefix = '' if backbone is root else 'backbone.'
+    rows = [(prefix + label, p, c) for label, p, c in complexity.rows(backbone)]
+    if backbone is not root:
+        rows.append(('backbone', complexity.params(backbone),
+                     complexity.kinds(backbone)))
+        for name, child in root.named_children():
+            if child is not backbone and (complexity.params(child)
+                                          or complexity.kinds(child)):
+                rows.append((name, complexity.params(child),
+                             complexity.kinds(child)))
+    rows.append(('total', complexity.params(), complexity.kinds()))
+    plain = {'matmul', 'conv', 'norm', 'resample'}
+    kinds = sorted({k for _, _, c in rows for k in c} - plain)
+    return table(rows, kinds)
+
+
+def run_config(args):
+    shape = input_shape(args.shape)
+    _, model = build_from_config(args.config, args.cfg_options)
+    complexity = measure(model, shape, args.backbone_only, args.device)
+    what = 'backbone of ' if args.backbone_only else ''
+    print(f'{what}{type(model).__name__} from {args.config}, input 1x3x{shape[0]}x'
+          f'{shape[1]}, multiply-adds (fvcore convention + attention + custom ops)\n')
+    print(report(model, complexity, args.backbone_only))
+
+
+def run_arch(args):
+    shape = input_shape(args.shape)
+    backbone_type, archs = args.arch[0], args.arch[1:]
+    for arch in archs:
+        model = MODELS.build(dict(type=f'mmhybrid.{backbone_type}', arch=arch))
+        complexity = measure(model, shape, device=args.device)
+        print(f'\n{backbone_type} arch={arch!r}, input 1x3x{shape[0]}x{shape[1]}\n')
+        print(report(model, complexity, False))
+
+
+def paper_row(entry, device='cpu'):
+    """Our params, FLOPs and FLOPs without SDPA attention for a PAPER_FIGURES entry."""
+    path = osp.join(REPO, entry['config'])
+    _, model = build_from_config(path, entry['options'])
+    complexity = measure(model, entry['shape'], entry['part'] == 'backbone', device)
+    part = model.backbone if entry['part'] == 'backbone' else model
+    kinds = complexity.kinds(part)
+    total = sum(kinds.values())
+    return complexity.params(part) / 1e6, total / 1e9, (total - kinds['attention']) / 1e9
+
+
+def _diff(ours, paper):
+    return f'{ours:.2f} ({100 * (ours / paper - 1):+.1f}%)' if paper else f'{ours:.2f}'
+
+
+def run_paper_tables(args):
+    MMLogger.get_current_instance().setLevel(logging.WARNING)  # stdout: the table
+    chosen = set(args.paper_tables) or set(PAPERS)
+    unknown = chosen - set(PAPERS)
+    if unknown:
+        raise SystemExit(f'unknown papers {sorted(unknown)}; use {sorted(PAPERS)}')
+    head = ['paper', 'table', 'model', 'input', 'counted', 'params (M) paper', 'ours',
+            'GFLOPs paper', 'ours', 'without SDPA: paper (FA)', 'ours']
+    print('| ' + ' | '.join(head) + ' |\n|' + ' --- |' * len(head))
+    for entry in PAPER_FIGURES:
+        if entry['paper'] not in chosen:
+            continue
+        params, flops, flops_fa = paper_row(entry, args.device)
+        fa = entry.get('flops_fa')
+        cells = [PAPERS[entry['paper']], entry['table'], entry['model'],
+                 '{}x{}'.format(*entry['shape']), entry['part'],
+                 str(entry['params']), _diff(params, entry['params']),
+                 str(entry['flops'] or ''), _diff(flops, entry['flops']),
+                 str(fa or ''), _diff(flops_fa, fa) if 'flops_fa' in entry else '']
+        print('| ' + ' | '.join(cells) + ' |', flush=True)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.paper_tables is not None:
+        run_paper_tables(args)
+    elif args.arch is not None:
+        run_arch(args)
+    else:
+        run_config(args)
+
+
+if __name__ == '__main__':
+    main()
