@@ -34,7 +34,8 @@ def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
         window_size (int | tuple[int]): odd window (height, width).
         scale (float, optional): logit scale ``s``, default ``d ** -0.5``.
         tile_size (int | tuple[int], optional): query tile of the ``'halo'``
-            backend, default the window size.
+            backend; default the window size, or the whole map when that is
+            cheaper (small maps).
         backend (str, optional): ``'halo'`` (default) or ``'naive'``.
     Returns:
         Tensor: (B, heads, H * W, d_v).
@@ -50,8 +51,8 @@ def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
                          f'got {tuple(q.shape)}, {tuple(k.shape)}, '
                          f'{tuple(v.shape)}')
     if backend in (None, 'halo'):
-        tile_size = window_size if tile_size is None else _pair(tile_size,
-                                                                'tile_size')
+        if tile_size is not None:
+            tile_size = _pair(tile_size, 'tile_size')
         return halo_sliding_window_attention(q, k, v, (H, W), window_size,
                                              scale=scale, tile_size=tile_size)
     if backend == 'naive':

@@ -5,9 +5,10 @@ tile's queries all lie inside one ``(tile + window - 1)^2`` key region (the tile
 plus a halo of ``window // 2`` on each side, shifted inwards at the borders), so
 every tile is one small dense attention over its region with a fixed mask that
 keeps each query to its own ``window x window`` neighbourhood. All tiles go to a
-single ``F.scaled_dot_product_attention`` call (FlashAttention-style fused kernels
-on GPU, no N x N matrix anywhere): memory is ``O(N (tile + window - 1)^2 / tile^2)``
-per channel instead of ``O(N^2)``.
+single ``F.scaled_dot_product_attention`` call (fused kernels on GPU, no N x N
+matrix anywhere): memory is ``O(N (tile + window - 1)^2 / tile^2)`` per channel
+instead of ``O(N^2)``. On a map so small that the tiles' regions hold more
+query-key pairs than N^2, the whole map is one tile (the masked dense attention).
 """
 import functools
 import math
@@ -44,15 +45,29 @@ def tile_plan(hw_shape, window_size, tile_size, device):
     return rows, cols, mask, (th, tw)
 
 
+def pairs_per_tiling(hw_shape, window_size, tile_size):
+    """Query-key pairs the tiles attend to (dense ones included)."""
+    total = 1
+    for size, window, tile in zip(hw_shape, window_size, tile_size):
+        window, tile = min(window, size), min(tile, size)
+        total *= math.ceil(size / tile) * tile * min(tile + window - 1, size)
+    return total
+
+
 def halo_sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
                                   tile_size=None):
     """Exact neighbourhood attention by halo tiles (see the module docstring).
 
     Args: see :func:`mmhybrid.ops.sliding_window_attention`; ``window_size`` and
-    ``tile_size`` are (height, width) pairs.
+    ``tile_size`` are (height, width) pairs; ``tile_size=None`` takes the window
+    size, or the whole map where that attends to fewer pairs.
     """
     B, heads, N, d = q.shape
     H, W = hw_shape
+    if tile_size is None:
+        tile_size = window_size
+        if pairs_per_tiling(hw_shape, window_size, tile_size) >= N * N:
+            tile_size = (H, W)
     rows, cols, mask, (th, tw) = tile_plan(
         tuple(hw_shape), tuple(window_size), tuple(tile_size), q.device)
     nh, nw = rows.shape[0], cols.shape[0]
