@@ -26,6 +26,6 @@ setup(
     extras_require={
         'tests': ['pytest', 'pytest-timeout'],
         'sd': ['diffusers==0.42.1', 'transformers==5.23.0'],
-        'gpu': ['triton', 'flash-attn', 'flash-linear-attention'],
+        'gpu': ['triton', 'flash-attn', 'flash-linear-attention==0.6.0'],
     },
 )

@@ -72,7 +72,10 @@ def train_segmentation(args, config, work_dir, data_root, draw=False):
                       options=dict(data_root=data_root))
     if args.seg_iters:
         cfg.train_cfg.max_iters = cfg.train_cfg.val_interval = args.seg_iters
-        cfg.param_scheduler[-1].end = args.seg_iters
+        warm_up, decay = cfg.param_scheduler[0], cfg.param_scheduler[-1]
+        # short runs: the warm-up takes at most half of them
+        warm_up.end = decay.begin = min(decay.begin, max(args.seg_iters // 2, 1))
+        decay.end = args.seg_iters
         cfg.default_hooks.checkpoint.interval = args.seg_iters
     if draw:  # every 4th validation image with its ground truth and prediction
         cfg.default_hooks.visualization = dict(
@@ -103,7 +106,7 @@ def main():
     parser.add_argument('--data', default='data/toy',
                         help='toy datasets (written if missing)')
     parser.add_argument('--seg-iters', type=int,
-                        help='segmentation iterations (config: 120)')
+                        help='segmentation iterations, >= 2 (config: 120)')
     parser.add_argument('--det-epochs', type=int,
                         help='detection epochs (config: 3)')
     parser.add_argument('--threads', type=int, default=1,
