@@ -1,5 +1,7 @@
 """G (bidirectional Gated DeltaNet) and W (sliding-window) layers, the schedule
 vocabulary of the hybrid backbone, and the InfiniteVL-style backbone."""
+import functools
+
 import pytest
 import torch
 
@@ -145,9 +147,16 @@ def test_schedule_errors():
         tiny(layer_cfg=dict(Q=dict()))
 
 
+@functools.lru_cache(maxsize=None)
+def full_size(cls, arch):
+    """A full-size model, built once for the tests that count its parameters."""
+    return cls(arch=arch)
+
+
 def test_gdn_variants_of_sola():
     for arch in ('t', 'b'):
-        sola, gdn = SoLAVision(arch=arch), SoLAVision(arch=f'{arch}-gdn')
+        sola = full_size(SoLAVision, arch)
+        gdn = full_size(SoLAVision, f'{arch}-gdn')
         assert gdn.schedule == sola.schedule.replace('L', 'G')
         assert gdn.hsb_routes == sola.hsb_routes and len(gdn.bridges) > 0
         # a 'G' layer costs what an 'L' layer does (13 C^2 + small terms)
@@ -156,16 +165,17 @@ def test_gdn_variants_of_sola():
 
 def test_infinitevl_archs():
     assert block_schedule('WGGG', (2, 2, 6, 2)) == 'WG/GG/WGGGWG/GG'
-    for arch, sola in (('t', 't'), ('b', 'b')):
-        model = MODELS.build(dict(type='mmhybrid.InfiniteVLVision', arch=arch))
+    assert isinstance(MODELS.build(dict(type='mmhybrid.InfiniteVLVision',
+                                        arch='t')), InfiniteVLVision)
+    for arch in ('t', 'b'):
+        model, sola = full_size(InfiniteVLVision, arch), full_size(SoLAVision, arch)
         stages = model.schedule.split('/')
-        assert [len(s) for s in stages] == [len(s) for s in
-                                            SoLAVision(arch=sola).schedule.split('/')]
+        assert [len(s) for s in stages] == [len(s) for s in sola.schedule.split('/')]
         flat = ''.join(stages)  # InfiniteVL's hybrid block, SWA first, repeated
         assert flat == ('WGGG' * len(flat))[:len(flat)]
         assert len(model.bridges) == 0
         # same widths and depths as SoLA: parameters within a few per cent
-        assert abs(count(model) / count(SoLAVision(arch=sola)) - 1) < 0.05
+        assert abs(count(model) / count(sola) - 1) < 0.05
     with pytest.raises(KeyError, match='unknown InfiniteVLVision arch'):
         InfiniteVLVision(arch='s')
 

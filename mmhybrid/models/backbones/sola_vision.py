@@ -45,7 +45,7 @@ ARCH_SETTINGS = {
                     ((2, 2), (3, 13)), ((3, 2), (3, 16)), ((3, 2), (4, 2)))),
 }
 # SoLA with bidirectional Gated DeltaNet ('G') in place of every WKV layer ('L'):
-# same widths and HSB routes (docs/design.md, "Gated DeltaNet and InfiniteVL")
+# same widths and HSB routes (docs/design.md, "Gated DeltaNet, sliding-window ...")
 for _arch in ('t', 'b'):
     ARCH_SETTINGS[f'{_arch}-gdn'] = dict(
         ARCH_SETTINGS[_arch],
@@ -112,17 +112,17 @@ class SoLAVision(BaseBackbone):
         with_hsb (bool): build and use the Hidden State Bridges.
         pretrain_img_size (int): image size the position embedding is stored for.
         head_dim (int): channels per head of the 'S', 'W' and 'G' layers.
-        window_size (int | sequence[int]): odd window of the 'W' layers, one for
-            all stages or one per stage.
         hidden_rate (float): channel-mix expansion of the WKV layers.
-        mlp_ratio (float): MLP expansion of the softmax layers.
+        mlp_ratio (float): MLP expansion of the 'S', 'W' and 'G' layers.
         key_norm (bool): LayerNorm on the WKV output and channel-mix key.
         drop_path_rate (float): stochastic depth, linearly increasing per layer.
         layer_scale_init_value (float, optional): enables LayerScale.
-        layer_cfg (dict, optional): extra arguments per layer letter, e.g.
-            ``dict(G=dict(expand_v=2, conv_size=0))``.
         out_indices (sequence[int]): stages whose (normed) maps are returned.
         frozen_stages, norm_eval, with_cp, init_cfg: see :class:`BaseBackbone`.
+        window_size (int | sequence[int]): odd window of the 'W' layers, one for
+            all stages or one per stage.
+        layer_cfg (dict, optional): extra arguments per layer letter, e.g.
+            ``dict(G=dict(expand_v=2, conv_size=0))``.
     """
 
     arch_settings = ARCH_SETTINGS
@@ -130,11 +130,10 @@ class SoLAVision(BaseBackbone):
     def __init__(self, arch='t', schedule=None, hsb_routes=None, with_hsb=True,
                  pretrain_img_size=224, in_channels=3, patch_size=4,
                  head_dim=32, hidden_rate=4, mlp_ratio=4, qkv_bias=True,
-                 key_norm=True, window_size=7, drop_rate=0., drop_path_rate=0.1,
-                 layer_scale_init_value=None, layer_cfg=None,
-                 out_indices=(0, 1, 2, 3), norm_cfg=dict(type='LN'),
-                 frozen_stages=-1, norm_eval=False, with_cp=False,
-                 init_cfg=None):
+                 key_norm=True, drop_rate=0., drop_path_rate=0.1,
+                 layer_scale_init_value=None, out_indices=(0, 1, 2, 3),
+                 norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
+                 with_cp=False, init_cfg=None, window_size=7, layer_cfg=None):
         if isinstance(arch, str):
             if arch.lower() not in self.arch_settings:
                 raise KeyError(f'unknown {type(self).__name__} arch {arch!r}; '
