@@ -29,6 +29,7 @@ setup(
         # flash-attn: the 2.8 API and head-size limits that ops/attention encodes;
         # builds from source against the local torch (CUDA >= 12.0, torch >= 2.2,
         # sm80+): pip install --no-build-isolation. See README, GPU machines.
-        'gpu': ['triton', 'flash-attn>=2.8.3,<2.9', 'flash-linear-attention'],
+        # flash-linear-attention 0.6.0: torch >= 2.7, triton >= 3.3 (Gated DeltaNet).
+        'gpu': ['triton', 'flash-attn>=2.8.3,<2.9', 'flash-linear-attention==0.6.0'],
     },
 )

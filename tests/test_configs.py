@@ -23,6 +23,11 @@ def test_configs_found():
         assert f'upernet_sola-{arch}_ade20k.py' in names
         assert f'mask-rcnn_sola-{arch}_fpn_1x_coco.py' in names
         assert f'sola-{arch}_in1k.py' in names
+    for arch in 'tb':  # Gated DeltaNet / sliding-window variants (issue 8)
+        for model in (f'sola-{arch}-gdn', f'infinitevl-{arch}'):
+            assert f'upernet_{model}_ade20k.py' in names
+            assert f'mask-rcnn_{model}_fpn_1x_coco.py' in names
+    assert 'upernet_sola-t-gdn_toy-ade.py' in names  # tools/demo.py
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,16 @@
 """Demo: SoLA-T learns toy segmentation and detection on the CPU in minutes.
 
     python tools/demo.py [--out work_dirs/demo] [--seg-iters N] [--det-epochs N]
-                         [--threads N]
+                         [--threads N] [--only-first]
 
 1. writes the toy ADE20K / COCO sets (real layouts) under data/toy if missing;
-2. trains UPerNet-SoLA-T from scratch on toy ADE20K
-   (configs/sola/demo/upernet_sola-t_toy-ade.py), prints its mIoU next to the
-   chance level and saves prediction pictures (SegLocalVisualizer);
+2. trains each model of SEG_MODELS from scratch on toy ADE20K for the same
+   iterations: UPerNet-SoLA-T (configs/sola/demo/upernet_sola-t_toy-ade.py) and
+   the same with Gated DeltaNet in place of WKV (upernet_sola-t-gdn_toy-ade.py);
+   prints their mIoU next to the chance level and saves SoLA-T's prediction
+   pictures (SegLocalVisualizer);
 3. fine-tunes Mask R-CNN-SoLA-T (configs/sola/demo/mask-rcnn_sola-t_fpn_toy-coco.py)
-   from that backbone, as the paper fine-tunes from ImageNet weights, and
+   from SoLA-T's backbone, as the paper fine-tunes from ImageNet weights, and
    prints box / mask AP.
 The same configs train on the real datasets with tools/train.py.
 
@@ -31,7 +33,13 @@ from mmhybrid.utils import build_runner, load_config
 from mmhybrid.utils.toy_data import make_toy_ade20k, make_toy_coco
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-SEG_CONFIG = osp.join(ROOT, 'configs/sola/demo/upernet_sola-t_toy-ade.py')
+# (name, config) of the toy-ADE20K models, all trained for the same iterations;
+# the first is the reference: its pictures are saved, its backbone starts the
+# detection run and its mIoU must beat chance clearly.
+SEG_MODELS = [
+    ('UPerNet-SoLA-T', 'configs/sola/demo/upernet_sola-t_toy-ade.py'),
+    ('UPerNet-SoLA-T-GDN', 'configs/sola/demo/upernet_sola-t-gdn_toy-ade.py'),
+]
 DET_CONFIG = osp.join(ROOT,
                       'configs/sola/demo/mask-rcnn_sola-t_fpn_toy-coco.py')
 
@@ -58,24 +66,23 @@ def val_metrics(runner):
             if k.startswith('val/')}
 
 
-def train_segmentation(args, data_root):
-    cfg = load_config(SEG_CONFIG, work_dir=osp.join(args.out, 'seg'),
+def train_segmentation(args, config, work_dir, data_root, draw=False):
+    """Train one toy-ADE20K config; returns its metrics, runner and step count."""
+    cfg = load_config(osp.join(ROOT, config), work_dir=work_dir,
                       options=dict(data_root=data_root))
     if args.seg_iters:
         cfg.train_cfg.max_iters = cfg.train_cfg.val_interval = args.seg_iters
-        cfg.param_scheduler[-1].end = args.seg_iters
+        warm_up, decay = cfg.param_scheduler[0], cfg.param_scheduler[-1]
+        # short runs: the warm-up takes at most half of them
+        warm_up.end = decay.begin = min(decay.begin, max(args.seg_iters // 2, 1))
+        decay.end = args.seg_iters
         cfg.default_hooks.checkpoint.interval = args.seg_iters
-    # draw every 4th validation image with its ground truth and prediction
-    cfg.default_hooks.visualization = dict(
-        type='SegVisualizationHook', draw=True, interval=4)
+    if draw:  # every 4th validation image with its ground truth and prediction
+        cfg.default_hooks.visualization = dict(
+            type='SegVisualizationHook', draw=True, interval=4)
     runner = build_runner(cfg)
     runner.train()  # validates at the end
-    metrics = val_metrics(runner)
-    backbone = osp.join(args.out, 'seg', 'sola-t_toy-ade_backbone.pth')
-    torch.save(runner.model.backbone.state_dict(), backbone)
-    pictures = sorted(glob.glob(
-        osp.join(runner.log_dir, 'vis_data', 'vis_image', '*.png')))
-    return metrics, backbone, pictures
+    return val_metrics(runner), runner, cfg.train_cfg.max_iters
 
 
 def train_detection(args, data_root, backbone):
@@ -99,11 +106,13 @@ def main():
     parser.add_argument('--data', default='data/toy',
                         help='toy datasets (written if missing)')
     parser.add_argument('--seg-iters', type=int,
-                        help='segmentation iterations (config: 120)')
+                        help='segmentation iterations, >= 2 (config: 120)')
     parser.add_argument('--det-epochs', type=int,
                         help='detection epochs (config: 3)')
     parser.add_argument('--threads', type=int, default=1,
                         help='torch CPU threads (default 1, see above)')
+    parser.add_argument('--only-first', action='store_true',
+                        help=f'train {SEG_MODELS[0][0]} only, no comparison')
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     start = time.time()
@@ -117,27 +126,43 @@ def main():
         make_toy_coco(coco)
     print(f'toy ADE20K: {ade}\ntoy COCO:   {coco}', flush=True)
 
-    banner('[2/3] UPerNet-SoLA-T on toy ADE20K (from scratch, CPU)')
-    seg_metrics, backbone, pictures = train_segmentation(args, ade)
-    seg_time = time.time() - start
+    seg = []  # (name, mIoU, minutes)
+    for i, (name, config) in enumerate(SEG_MODELS[:1 if args.only_first else None]):
+        banner(f'[2/3] {name} on toy ADE20K (from scratch, CPU)')
+        tic = time.time()
+        # the reference keeps work_dirs/demo/seg; the others get seg_<name>
+        work_dir = osp.join(args.out, 'seg' if i == 0 else
+                            'seg_' + name.split('-', 1)[-1].lower())
+        metrics, runner, iters = train_segmentation(args, config, work_dir, ade,
+                                                    draw=i == 0)
+        seg.append((name, metrics['mIoU'], (time.time() - tic) / 60))
+        if i == 0:
+            backbone = osp.join(work_dir, 'sola-t_toy-ade_backbone.pth')
+            torch.save(runner.model.backbone.state_dict(), backbone)
+            pictures = sorted(glob.glob(
+                osp.join(runner.log_dir, 'vis_data', 'vis_image', '*.png')))
+        del runner
     chance = majority_miou(osp.join(ade, 'annotations', 'validation'))
 
     banner('[3/3] Mask R-CNN-SoLA-T on toy COCO (backbone from step 2)')
+    tic = time.time()
     det_metrics = train_detection(args, coco, backbone)
+    det_time = (time.time() - tic) / 60
 
-    miou = seg_metrics['mIoU']
     banner('Results')
-    print(f'UPerNet-SoLA-T   toy ADE20K val  mIoU     {miou:6.2f} '
-          f'(always predicting the most frequent class: {chance:.2f})')
-    print(f'                 predictions     '
+    print(f'toy ADE20K val mIoU after {iters} iterations (always predicting the '
+          f'most frequent class: {chance:.2f})')
+    for name, miou, minutes in seg:
+        print(f'  {name:22} mIoU {miou:6.2f}   ({minutes:.1f} min)')
+    print(f'  predictions of {seg[0][0]}: '
           f'{osp.dirname(pictures[0]) if pictures else "none"} '
           f'({len(pictures)} pictures)')
     print(f'Mask R-CNN-SoLA-T toy COCO val   box AP   '
           f'{100 * det_metrics.get("coco/bbox_mAP", 0.):6.2f}   mask AP '
-          f'{100 * det_metrics.get("coco/segm_mAP", 0.):6.2f}')
-    print(f'time: segmentation {seg_time / 60:.1f} min, total '
-          f'{(time.time() - start) / 60:.1f} min', flush=True)
-    if miou < 2 * chance:
+          f'{100 * det_metrics.get("coco/segm_mAP", 0.):6.2f}   '
+          f'({det_time:.1f} min)')
+    print(f'time: total {(time.time() - start) / 60:.1f} min', flush=True)
+    if seg[0][1] < 2 * chance:
         print('mIoU is not clearly above chance: something is wrong',
               file=sys.stderr)
         return 1

@@ -1,7 +1,9 @@
 """Functional ops (no parameters). Each op has a naive reference for tests."""
 from .agent import agent_attention
+from .delta_rule import gated_delta_rule
 from .elfatt import block_attention, effatt
 from .infsa import linear_infsa, pure_infsa
+from .sliding_window import sliding_window_attention
 from .tome import bipartite_soft_matching, merge_tokens, unmerge_tokens
 from .token_shift import quad_token_shift
 from .wkv import bi_wkv, register_wkv_backend
@@ -9,5 +11,6 @@ from .wkv import bi_wkv, register_wkv_backend
 __all__ = [
     'bi_wkv', 'register_wkv_backend', 'quad_token_shift', 'block_attention',
     'effatt', 'agent_attention', 'bipartite_soft_matching', 'merge_tokens',
-    'unmerge_tokens', 'pure_infsa', 'linear_infsa'
+    'unmerge_tokens', 'pure_infsa', 'linear_infsa', 'gated_delta_rule',
+    'sliding_window_attention'
 ]

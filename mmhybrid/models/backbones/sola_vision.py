@@ -5,18 +5,25 @@ Paper: "SoLA-Vision: Fine-grained Layer-wise Linear Softmax Hybrid Attention"
 position embedding, Swin patch merging, and a per-stage schedule of 'L' (WKV
 linear, Eq. 9) and 'S' (global softmax) layers. Hidden State Bridges (Eq. 10)
 feed the WKV state of a shallow 'L' layer into the input of a deeper 'S' layer.
+Schedules may also use 'G' (bidirectional Gated DeltaNet, a linear layer whose
+hidden state can be bridged too) and 'W' (2D sliding-window attention), the
+layers of InfiniteVL (see infinitevl_vision.py).
 """
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 
-from mmhybrid.layers import HiddenStateBridge, SoftmaxLayer, WKVLayer
+from mmhybrid.layers import (GatedDeltaNetLayer, HiddenStateBridge,
+                             SlidingWindowLayer, SoftmaxLayer, WKVLayer)
 from mmhybrid.registry import register_model
 from ..utils import resize_pos_embed
 from .base_backbone import BaseBackbone
 
-LAYER_TYPES = {'L': WKVLayer, 'S': SoftmaxLayer}
+LAYER_TYPES = {'L': WKVLayer, 'S': SoftmaxLayer, 'G': GatedDeltaNetLayer,
+               'W': SlidingWindowLayer}
+# an HSB goes from a linear layer's hidden state to a global softmax layer
+HSB_SOURCES, HSB_TARGETS = 'LG', 'S'
 
 # Table 7 as printed: widths per stage (S and B are Swin-T's and Swin-B's), schedules
 # and HSB routes. Our counts against the paper's, and the readings checked for T's
@@ -40,6 +47,12 @@ ARCH_SETTINGS = {
         hsb_routes=(((1, 2), (3, 4)), ((1, 2), (3, 7)), ((2, 2), (3, 10)),
                     ((2, 2), (3, 13)), ((3, 2), (3, 16)), ((3, 2), (4, 2)))),
 }
+# SoLA with bidirectional Gated DeltaNet ('G') in place of every WKV layer ('L'):
+# same widths and HSB routes (docs/design.md, "Gated DeltaNet, sliding-window ...")
+for _arch in ('t', 'b'):
+    ARCH_SETTINGS[f'{_arch}-gdn'] = dict(
+        ARCH_SETTINGS[_arch],
+        schedule=ARCH_SETTINGS[_arch]['schedule'].replace('L', 'G'))
 
 
 def parse_schedule(schedule, num_stages):
@@ -59,17 +72,30 @@ def parse_schedule(schedule, num_stages):
 
 
 def check_routes(routes, stages):
-    """Each route must go from an earlier 'L' layer to a later 'S' layer."""
+    """Each route must go from an earlier 'L' or 'G' layer to a later 'S' layer."""
     for src, dst in routes:
-        for name, (s, l), letter in (('source', src, 'L'), ('target', dst, 'S')):
+        for name, (s, l), letters in (('source', src, HSB_SOURCES),
+                                      ('target', dst, HSB_TARGETS)):
             if not (1 <= s <= len(stages) and 1 <= l <= len(stages[s - 1])):
                 raise ValueError(f'HSB {name} {(s, l)} is outside the schedule '
                                  f'{"/".join(stages)}')
-            if stages[s - 1][l - 1] != letter:
-                raise ValueError(f'HSB {name} {(s, l)} must be an {letter!r} '
-                                 f'layer, schedule is {"/".join(stages)}')
+            if stages[s - 1][l - 1] not in letters:
+                allowed = ' or '.join(repr(c) for c in letters)
+                raise ValueError(f'HSB {name} {(s, l)} must be an {allowed} '
+                                 f'layer, not {stages[s - 1][l - 1]!r}; schedule '
+                                 f'is {"/".join(stages)}')
         if tuple(src) >= tuple(dst):
             raise ValueError(f'HSB route {src} -> {dst} must go to a deeper layer')
+
+
+def stage_values(value, num_stages, name):
+    """An int for every stage, or one per stage."""
+    values = ((value, ) * num_stages if isinstance(value, int) else
+              tuple(value))
+    if len(values) != num_stages:
+        raise ValueError(f'{name} {value!r} must be an int or have one entry per '
+                         f'stage ({num_stages})')
+    return values
 
 
 @register_model()
@@ -77,24 +103,33 @@ class SoLAVision(BaseBackbone):
     """SoLA-Vision backbone.
 
     Args:
-        arch (str | dict): 't', 's', 'b', or a dict with ``embed_dims``,
-            ``schedule`` and optionally ``hsb_routes``.
+        arch (str | dict): 't', 's', 'b', 't-gdn', 'b-gdn' (every 'L' replaced by
+            'G'), or a dict with ``embed_dims``, ``schedule`` and optionally
+            ``hsb_routes``.
         schedule (str, optional): override the arch's layer schedule, one letter
-            per layer ('L' WKV linear, 'S' global softmax), '/' between stages.
+            per layer ('L' WKV linear, 'S' global softmax, 'G' bidirectional
+            Gated DeltaNet, 'W' sliding-window attention), '/' between stages.
         hsb_routes (sequence, optional): override the arch's HSB routes,
-            ``((src_stage, src_layer), (dst_stage, dst_layer))`` 1-based.
+            ``((src_stage, src_layer), (dst_stage, dst_layer))`` 1-based, from an
+            'L' or 'G' layer to a deeper 'S' layer.
         with_hsb (bool): build and use the Hidden State Bridges.
         pretrain_img_size (int): image size the position embedding is stored for.
-        head_dim (int): channels per softmax attention head.
+        head_dim (int): channels per head of the 'S', 'W' and 'G' layers.
         hidden_rate (float): channel-mix expansion of the WKV layers.
-        mlp_ratio (float): MLP expansion of the softmax layers.
+        mlp_ratio (float): MLP expansion of the 'S', 'W' and 'G' layers.
         key_norm (bool): Vision-RWKV's LayerNorm on the WKV output and the
             channel-mix key; not in the paper, off by default.
         drop_path_rate (float): stochastic depth, linearly increasing per layer.
         layer_scale_init_value (float, optional): enables LayerScale.
         out_indices (sequence[int]): stages whose (normed) maps are returned.
         frozen_stages, norm_eval, with_cp, init_cfg: see :class:`BaseBackbone`.
+        window_size (int | sequence[int]): odd window of the 'W' layers, one for
+            all stages or one per stage.
+        layer_cfg (dict, optional): extra arguments per layer letter, e.g.
+            ``dict(G=dict(expand_v=2, conv_size=0))``.
     """
+
+    arch_settings = ARCH_SETTINGS
 
     def __init__(self, arch='t', schedule=None, hsb_routes=None, with_hsb=True,
                  pretrain_img_size=224, in_channels=3, patch_size=4,
@@ -102,12 +137,13 @@ class SoLAVision(BaseBackbone):
                  key_norm=False, drop_rate=0., drop_path_rate=0.1,
                  layer_scale_init_value=None, out_indices=(0, 1, 2, 3),
                  norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
-                 with_cp=False, init_cfg=None):
+                 with_cp=False, init_cfg=None, window_size=7, layer_cfg=None):
         if isinstance(arch, str):
-            if arch.lower() not in ARCH_SETTINGS:
-                raise KeyError(f'unknown SoLAVision arch {arch!r}; choose from '
-                               f'{sorted(ARCH_SETTINGS)} or pass a dict')
-            arch = ARCH_SETTINGS[arch.lower()]
+            if arch.lower() not in self.arch_settings:
+                raise KeyError(f'unknown {type(self).__name__} arch {arch!r}; '
+                               f'choose from {sorted(self.arch_settings)} or '
+                               f'pass a dict')
+            arch = self.arch_settings[arch.lower()]
         arch = dict(arch)
         embed_dims = tuple(arch['embed_dims'])
         stages = parse_schedule(schedule or arch['schedule'], len(embed_dims))
@@ -118,6 +154,12 @@ class SoLAVision(BaseBackbone):
             check_routes(routes, stages)
         else:
             routes = []
+        window_sizes = stage_values(window_size, len(stages), 'window_size')
+        layer_cfg = dict(layer_cfg or {})
+        bad = set(layer_cfg) - set(LAYER_TYPES)
+        if bad:
+            raise ValueError(f'layer_cfg has unknown layer letters {sorted(bad)}; '
+                             f'use {sorted(LAYER_TYPES)}')
         for i in out_indices:
             if not 0 <= i < len(stages):
                 raise ValueError(f'out_indices {out_indices} outside 0..'
@@ -149,11 +191,17 @@ class SoLAVision(BaseBackbone):
                     embed_dims[i - 1], dims, kernel_size=2, padding='corner',
                     norm_cfg=norm_cfg, bias=False))
             first = sum(len(s) for s in stages[:i])
+            heads = max(dims // head_dim, 1)
             own_kwargs = {
                 'L': dict(hidden_rate=hidden_rate, key_norm=key_norm),
-                'S': dict(num_heads=max(dims // head_dim, 1),
+                'S': dict(num_heads=heads, mlp_ratio=mlp_ratio,
+                          qkv_bias=qkv_bias),
+                'G': dict(num_heads=heads, mlp_ratio=mlp_ratio),
+                'W': dict(num_heads=heads, window_size=window_sizes[i],
                           mlp_ratio=mlp_ratio, qkv_bias=qkv_bias),
             }
+            for letter, extra in layer_cfg.items():
+                own_kwargs[letter].update(extra)
             self.stages.append(nn.ModuleList(
                 LAYER_TYPES[letter](
                     dims, drop_path=dpr[first + j],
@@ -167,8 +215,10 @@ class SoLAVision(BaseBackbone):
             key = f'{dst[0]}_{dst[1]}'
             if key in self.bridges:
                 raise ValueError(f'two HSB routes end at {dst}')
-            self.bridges[key] = HiddenStateBridge(embed_dims[src[0] - 1],
-                                                  embed_dims[dst[0] - 1])
+            source = self.stages[src[0] - 1][src[1] - 1]
+            self.bridges[key] = HiddenStateBridge(
+                getattr(source, 'hidden_dims', embed_dims[src[0] - 1]),
+                embed_dims[dst[0] - 1])
         self._bridge_sources = {f'{dst[0]}_{dst[1]}': src for src, dst in routes}
 
         for i in self.out_indices:

@@ -1,0 +1,103 @@
+r"""Bidirectional Gated DeltaNet layer ('G' in a schedule).
+
+Gated DeltaNet (Yang et al. 2025) as InfiniteVL uses it (Sec. 3.1-3.2): q, k, v
+projections without bias, a short depth-wise conv and SiLU, L2-normalised q and k,
+``beta = sigmoid(W_b x)``, the Mamba-2 decay ``g = -exp(A_log) softplus(W_a x +
+dt_bias)``, the gated delta rule (:func:`mmhybrid.ops.gated_delta_rule`), a per-head
+RMSNorm gated by ``SiLU(W_g x)`` and an output projection; no position encoding.
+For images (not causal) the rule runs over the row-major token sequence and over
+its reverse, and the two read-outs are summed (docs/design.md).
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mmhybrid.ops import gated_delta_rule
+from .mixer_layer import MixerLayer
+
+
+class BidirectionalGatedDeltaNet(nn.Module):
+    """Gated DeltaNet token mixer with a forward and a backward scan.
+
+    Args:
+        dims (int): input/output channels; q and k have ``dims`` channels.
+        num_heads (int): heads; each keeps a (dims / heads) x head_v_dim state.
+        expand_v (float): value (and output gate) channels = ``dims * expand_v``.
+        conv_size (int): k x k depth-wise conv on the q, k, v maps (0: none).
+        norm_eps (float): epsilon of the per-head output RMSNorm.
+
+    ``forward`` returns ``(out, hidden)``; ``hidden`` (B, N, dims * expand_v) is
+    the summed read-out of the two scans before the norm and the output gate,
+    the per-token hidden state a Hidden State Bridge samples.
+    """
+
+    def __init__(self, dims, num_heads, expand_v=1., conv_size=3, norm_eps=1e-5):
+        super().__init__()
+        value_dims = int(dims * expand_v)
+        if dims % num_heads or value_dims % num_heads:
+            raise ValueError(f'dims {dims} and value dims {value_dims} must be '
+                             f'divisible by num_heads {num_heads}')
+        if conv_size < 0 or (conv_size and conv_size % 2 == 0):
+            raise ValueError(f'conv_size must be odd (or 0 for no conv), got '
+                             f'{conv_size}')
+        self.num_heads = num_heads
+        self.value_dims = value_dims
+        self.split = (dims, dims, value_dims)
+        self.qkv = nn.Linear(dims, 2 * dims + value_dims, bias=False)
+        self.conv = (nn.Conv2d(sum(self.split), sum(self.split), conv_size,
+                               padding=conv_size // 2, groups=sum(self.split),
+                               bias=False) if conv_size else None)
+        self.a_proj = nn.Linear(dims, num_heads, bias=False)
+        self.b_proj = nn.Linear(dims, num_heads, bias=False)
+        self.g_proj = nn.Linear(dims, value_dims, bias=False)
+        self.o_norm = nn.RMSNorm(value_dims // num_heads, eps=norm_eps)
+        self.o_proj = nn.Linear(value_dims, dims, bias=False)
+        # Mamba-2 / Gated DeltaNet: A ~ U(0, 16), dt ~ logU(1e-3, 0.1) at init
+        self.A_log = nn.Parameter(torch.empty(num_heads).uniform_(0, 16).log())
+        dt = torch.exp(torch.rand(num_heads) * (math.log(0.1) - math.log(1e-3)) +
+                       math.log(1e-3)).clamp(min=1e-4)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1
+
+    def forward(self, x, hw_shape):
+        B, N, _ = x.shape
+        qkv = self.qkv(x)
+        if self.conv is not None:
+            qkv = self.conv(qkv.transpose(1, 2).reshape(B, -1, *hw_shape))
+            qkv = qkv.flatten(2).transpose(1, 2)
+        beta = torch.sigmoid(self.b_proj(x))
+        g = -self.A_log.float().exp() * F.softplus(
+            self.a_proj(x).float() + self.dt_bias)
+
+        # forward scan on the row-major sequence, backward scan on its reverse:
+        # one call on 2B sequences
+        def both(t):
+            return torch.cat((t, t.flip(1)))
+
+        q, k, v = (t.unflatten(-1, (self.num_heads, -1))
+                   for t in F.silu(both(qkv)).split(self.split, dim=-1))
+        o, _ = gated_delta_rule(q, k, v, both(g), both(beta),
+                                use_qk_l2norm_in_kernel=True)
+        hidden = o[:B] + o[B:].flip(1)  # (B, N, heads, head_v_dim)
+        gate = F.silu(self.g_proj(x)).unflatten(-1, (self.num_heads, -1))
+        norm = self.o_norm  # in float32 whatever the autocast / parameter dtype
+        out = F.rms_norm(hidden.float(), norm.normalized_shape,
+                         norm.weight.float(), norm.eps).to(gate.dtype) * gate
+        return self.o_proj(out.flatten(2)), hidden.flatten(2)
+
+
+class GatedDeltaNetLayer(MixerLayer):
+    """Pre-norm residual layer: bidirectional Gated DeltaNet, then conv MLP ('G').
+
+    Returns ``(x, hidden)``; ``hidden`` is the mixer's summed scan read-out
+    (``hidden_dims`` channels), bridged by the Hidden State Bridge.
+    """
+
+    def __init__(self, dims, num_heads, mlp_ratio=4., expand_v=1., conv_size=3,
+                 drop_path=0., layer_scale_init_value=None,
+                 norm_cfg=dict(type='LN')):
+        super().__init__(
+            dims, BidirectionalGatedDeltaNet(dims, num_heads, expand_v, conv_size),
+            mlp_ratio, drop_path, layer_scale_init_value, norm_cfg)
+        self.hidden_dims = self.attn.value_dims

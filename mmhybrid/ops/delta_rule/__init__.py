@@ -1,0 +1,101 @@
+r"""The gated delta rule of Gated DeltaNet (Yang et al. 2025; InfiniteVL Eq. 2).
+
+``gated_delta_rule`` dispatches to a backend: ``naive`` (per-token recurrence, the
+reference), ``chunk`` (alias ``torch``: the chunked WY/UT form in plain PyTorch,
+the default on CPU) and ``fla`` (flash-linear-attention's Triton
+``chunk_gated_delta_rule``, the default on CUDA when ``fla`` imports).
+``MMHYBRID_GDN_BACKEND=torch|fla`` overrides the default for every call.
+"""
+import functools
+import os
+
+from .chunk import chunk_gated_delta_rule
+from .naive import l2norm, naive_gated_delta_rule
+
+ENV_BACKEND = 'MMHYBRID_GDN_BACKEND'
+
+
+@functools.lru_cache(maxsize=None)
+def fla_gated_delta_rule():
+    """fla's ``chunk_gated_delta_rule``, or None when fla does not import."""
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fn
+    except ImportError:
+        return None
+    return fn
+
+
+def _fla(q, k, v, g, beta, **kwargs):
+    fn = fla_gated_delta_rule()
+    if fn is None:
+        raise ImportError('the fla backend needs flash-linear-attention '
+                          '(pip install mmhybrid[gpu])')
+    if q.device.type != 'cuda':
+        raise ValueError(f'the fla backend runs on CUDA tensors, got '
+                         f'{q.device.type}; use backend="torch"')
+    return fn(q, k, v, g, beta, **kwargs)
+
+
+_BACKENDS = {'naive': naive_gated_delta_rule, 'chunk': chunk_gated_delta_rule,
+             'torch': chunk_gated_delta_rule, 'fla': _fla}
+
+
+def default_backend(device_type):
+    """``$MMHYBRID_GDN_BACKEND`` if set, else fla on CUDA when it imports, else chunk."""
+    name = os.environ.get(ENV_BACKEND, '').strip().lower()
+    if name:
+        if name not in ('torch', 'fla'):
+            raise ValueError(f'{ENV_BACKEND}={name!r}; use torch or fla')
+        return name
+    if device_type == 'cuda' and fla_gated_delta_rule() is not None:
+        return 'fla'
+    return 'chunk'
+
+
+def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
+                     output_final_state=False, use_qk_l2norm_in_kernel=False,
+                     backend=None):
+    r"""Gated delta rule, multi-head, in fla's layout and argument names.
+
+    The paper (InfiniteVL Eq. 2) writes the state as ``S_t`` (V x K),
+    ``S_t = S_{t-1} alpha_t (I - beta_t k_t k_t^T) + beta_t v_t k_t^T``, read by
+    ``S_t q_t``. We keep its transpose ``M_t = S_t^T`` (K x V, fla's layout):
+
+    .. math::
+        M_t = \alpha_t (I - \beta_t k_t k_t^T) M_{t-1} + \beta_t k_t v_t^T, \qquad
+        o_t = s\, M_t^T q_t, \qquad \alpha_t = e^{g_t}.
+
+    Args:
+        q, k (Tensor): (B, T, H, K) queries and keys.
+        v (Tensor): (B, T, H, V) values.
+        g (Tensor): (B, T, H) log-decay ``g_t <= 0`` (``alpha_t = exp(g_t)``).
+        beta (Tensor): (B, T, H) write strength, usually in (0, 1).
+        scale (float, optional): ``s``, default ``K ** -0.5``.
+        initial_state (Tensor, optional): (B, H, K, V) ``M_0``, default zeros.
+        output_final_state (bool): also return ``M_T``.
+        use_qk_l2norm_in_kernel (bool): L2-normalise q and k per head first
+            (Gated DeltaNet does; fla's name for it).
+        backend (str, optional): ``'chunk'``/``'torch'``, ``'naive'`` or
+            ``'fla'``; default :func:`default_backend`.
+    Returns:
+        tuple: o (B, T, H, V) in the dtype of ``v``, and the final state
+        (B, H, K, V) in float32 or wider, or None.
+    """
+    if q.dim() != 4 or q.shape != k.shape or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f'q, k must be (B, T, H, K) and v (B, T, H, V); got '
+                         f'{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
+    if g.shape != q.shape[:3] or beta.shape != q.shape[:3]:
+        raise ValueError(f'g and beta must be {tuple(q.shape[:3])}; got '
+                         f'{tuple(g.shape)} and {tuple(beta.shape)}')
+    name = backend or default_backend(q.device.type)
+    if name not in _BACKENDS:
+        raise KeyError(f'unknown gated delta rule backend {name!r}; have '
+                       f'{sorted(_BACKENDS)}')
+    return _BACKENDS[name](
+        q, k, v, g, beta, scale=scale, initial_state=initial_state,
+        output_final_state=output_final_state,
+        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+
+
+__all__ = ['gated_delta_rule', 'chunk_gated_delta_rule', 'naive_gated_delta_rule',
+           'fla_gated_delta_rule', 'default_backend', 'l2norm']

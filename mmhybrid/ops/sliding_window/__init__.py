@@ -1,0 +1,67 @@
+"""2D sliding-window (neighbourhood) softmax attention on a token grid.
+
+``sliding_window_attention`` dispatches to ``halo`` (query tiles + a halo of keys,
+one ``F.scaled_dot_product_attention`` call; the default everywhere) or ``naive``
+(an explicit N x N mask; the reference for tests).
+"""
+from .halo import halo_sliding_window_attention, tile_plan
+from .naive import (naive_sliding_window_attention, neighbourhood_mask,
+                    window_pairs)
+
+def _pair(value, name):
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or any(not isinstance(x, int) or x < 1 for x in pair):
+        raise ValueError(f'{name} must be a positive int or a pair, got {value!r}')
+    return pair
+
+
+def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
+                             tile_size=None, backend=None):
+    r"""Each token attends to the ``window x window`` tokens around it.
+
+    .. math::
+        o_i = \sum_{j \in \mathcal{N}(i)} \mathrm{softmax}_j(s\, q_i^T k_j)\, v_j
+
+    ``N(i)`` is the window centred on token i's grid position, shifted inwards
+    where it would cross the border (NATTEN's rule): every token sees exactly
+    ``min(window, H) x min(window, W)`` keys, none of them padding. A map smaller
+    than the window along an axis is seen whole along that axis.
+
+    Args:
+        q, k, v (Tensor): (B, heads, H * W, d), tokens row-major (``v`` may have
+            its own last dim).
+        hw_shape (tuple[int]): (H, W) of the token grid, any sizes.
+        window_size (int | tuple[int]): odd window (height, width).
+        scale (float, optional): logit scale ``s``, default ``d ** -0.5``.
+        tile_size (int | tuple[int], optional): query tile of the ``'halo'``
+            backend; default the window size, or the whole map when that is
+            cheaper (small maps).
+        backend (str, optional): ``'halo'`` (default) or ``'naive'``.
+    Returns:
+        Tensor: (B, heads, H * W, d_v).
+    """
+    window_size = _pair(window_size, 'window_size')
+    if any(w % 2 == 0 for w in window_size):
+        raise ValueError(f'window_size must be odd (a window centred on its '
+                         f'token), got {window_size}')
+    H, W = hw_shape
+    if q.dim() != 4 or q.shape != k.shape or q.shape[:3] != v.shape[:3] or \
+            q.shape[2] != H * W:
+        raise ValueError(f'q, k, v must be (B, heads, H*W, d) with H*W = {H * W}; '
+                         f'got {tuple(q.shape)}, {tuple(k.shape)}, '
+                         f'{tuple(v.shape)}')
+    if backend in (None, 'halo'):
+        if tile_size is not None:
+            tile_size = _pair(tile_size, 'tile_size')
+        return halo_sliding_window_attention(q, k, v, (H, W), window_size,
+                                             scale=scale, tile_size=tile_size)
+    if backend == 'naive':
+        return naive_sliding_window_attention(q, k, v, (H, W), window_size,
+                                              scale=scale)
+    raise KeyError(f"unknown sliding window backend {backend!r}; have 'halo', "
+                   f"'naive'")
+
+
+__all__ = ['sliding_window_attention', 'halo_sliding_window_attention',
+           'naive_sliding_window_attention', 'neighbourhood_mask',
+           'window_pairs', 'tile_plan']

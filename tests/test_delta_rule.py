@@ -1,0 +1,139 @@
+"""Gated delta rule: chunked WY/UT form vs the per-token recurrence, dispatch, fla."""
+import pytest
+import torch
+
+from mmhybrid.ops import gated_delta_rule
+from mmhybrid.ops.delta_rule import (chunk_gated_delta_rule, default_backend,
+                                     fla_gated_delta_rule, l2norm,
+                                     naive_gated_delta_rule)
+
+
+def inputs(B, T, H, K, V, dtype=torch.float64, decay=0.5, state=True,
+           device='cpu'):
+    q, k = torch.randn(2, B, T, H, K, dtype=dtype, device=device)
+    v = torch.randn(B, T, H, V, dtype=dtype, device=device)
+    g = -decay * torch.rand(B, T, H, dtype=dtype, device=device)
+    beta = torch.rand(B, T, H, dtype=dtype, device=device)
+    h0 = (torch.randn(B, H, K, V, dtype=dtype, device=device) if state else None)
+    return q, k, v, g, beta, h0
+
+
+def run(fn, q, k, v, g, beta, h0, **kwargs):
+    return fn(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+              use_qk_l2norm_in_kernel=True, **kwargs)
+
+
+def grads(fn, args, **kwargs):
+    args = [a.detach().requires_grad_() if a is not None else None for a in args]
+    o, state = run(fn, *args, **kwargs)
+    torch.manual_seed(1)
+    loss = (o * torch.randn_like(o)).sum()
+    if state is not None:
+        loss = loss + state.sin().sum()
+    loss.backward()
+    return [o, state] + [a.grad for a in args if a is not None]
+
+
+def test_recurrence_is_the_papers_equation_transposed():
+    """InfiniteVL Eq. 2 with S_t (V x K) read by S_t q_t equals our M_t = S_t^T."""
+    B, T, H, K, V = 1, 6, 2, 4, 3
+    q, k, v, g, beta, _ = inputs(B, T, H, K, V, state=False)
+    k = l2norm(k)
+    S = torch.zeros(B, H, V, K, dtype=q.dtype)
+    eye = torch.eye(K, dtype=q.dtype)
+    outs = []
+    for t in range(T):
+        kt, vt = k[:, t], v[:, t]  # (B, H, K), (B, H, V)
+        a, b = g[:, t].exp()[..., None, None], beta[:, t][..., None, None]
+        S = S @ (a * (eye - b * kt[..., :, None] * kt[..., None, :])) + \
+            b * vt[..., :, None] * kt[..., None, :]
+        outs.append(K**-0.5 * (S @ q[:, t, :, :, None])[..., 0])
+    o, state = naive_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
+    torch.testing.assert_close(o, torch.stack(outs, 1))
+    torch.testing.assert_close(state, S.transpose(-1, -2))
+
+
+@pytest.mark.parametrize('T', [1, 7, 197, 1030])
+def test_chunk_matches_naive_forward_and_gradients(T):
+    args = inputs(2, T, 2, 8, 6)
+    ref = grads(naive_gated_delta_rule, args)
+    for chunk_size in (16, 32, 64) if T > 7 else (4, 32):
+        out = grads(chunk_gated_delta_rule, args, chunk_size=chunk_size)
+        for name, a, b in zip(('o', 'state', 'q', 'k', 'v', 'g', 'beta', 'h0'),
+                              out, ref):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9,
+                                       msg=f'{name}, chunk {chunk_size}')
+
+
+def test_chunk_without_initial_state_and_odd_head_dims():
+    q, k, v, g, beta, _ = inputs(3, 45, 5, 5, 11, state=False)
+    for h0 in (None, torch.zeros(3, 5, 5, 11, dtype=q.dtype)):
+        a = run(naive_gated_delta_rule, q, k, v, g, beta, h0)
+        b = run(chunk_gated_delta_rule, q, k, v, g, beta, h0, chunk_size=8)
+        torch.testing.assert_close(b[0], a[0])
+        torch.testing.assert_close(b[1], a[1])
+
+
+@pytest.mark.parametrize('decay', [0., 30.])
+def test_no_decay_and_strong_decay(decay):
+    """g = 0 (plain delta rule) and g down to -30 a token: finite and exact."""
+    args = inputs(1, 100, 2, 8, 8, decay=decay)
+    ref = grads(naive_gated_delta_rule, args)
+    out = grads(chunk_gated_delta_rule, args)
+    for a, b in zip(out, ref):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_bfloat16_inputs():
+    args = inputs(2, 300, 3, 16, 16)
+    ref, _ = run(naive_gated_delta_rule, *args)
+    low = [a.bfloat16().requires_grad_() for a in args]
+    o, state = run(chunk_gated_delta_rule, *low)
+    assert o.dtype == torch.bfloat16 and state.dtype == torch.float32
+    err = (o.double() - ref).abs().max() / ref.abs().max()
+    assert err < 2e-2, err
+    o.float().sum().backward()  # autograd works in bf16 too
+    assert all(a.grad.dtype == torch.bfloat16 and torch.isfinite(a.grad).all()
+               for a in low)
+
+
+def test_dispatch_and_errors(monkeypatch):
+    args = inputs(1, 20, 2, 4, 4, state=False)[:5]
+    expected = chunk_gated_delta_rule(*args)[0]
+    monkeypatch.delenv('MMHYBRID_GDN_BACKEND', raising=False)
+    assert default_backend('cpu') == 'chunk'
+    torch.testing.assert_close(gated_delta_rule(*args)[0], expected)
+    torch.testing.assert_close(gated_delta_rule(*args, backend='naive')[0],
+                               expected)
+    monkeypatch.setenv('MMHYBRID_GDN_BACKEND', 'torch')
+    assert default_backend('cuda') == 'torch'
+    torch.testing.assert_close(gated_delta_rule(*args)[0], expected)
+    monkeypatch.setenv('MMHYBRID_GDN_BACKEND', 'fla')
+    with pytest.raises((ImportError, ValueError), match='fla'):
+        gated_delta_rule(*args)
+    monkeypatch.setenv('MMHYBRID_GDN_BACKEND', 'triton')
+    with pytest.raises(ValueError, match='MMHYBRID_GDN_BACKEND'):
+        gated_delta_rule(*args)
+    monkeypatch.delenv('MMHYBRID_GDN_BACKEND')
+    with pytest.raises(KeyError, match='unknown gated delta rule backend'):
+        gated_delta_rule(*args, backend='cuda')
+    q, k, v, g, beta = args
+    with pytest.raises(ValueError, match=r'\(B, T, H, K\)'):
+        gated_delta_rule(q, k[:, :10], v, g, beta)
+    with pytest.raises(ValueError, match='g and beta'):
+        gated_delta_rule(q, k, v, g[..., :1], beta)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(fla_gated_delta_rule() is None, reason='needs fla')
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_fla_agrees_with_chunk(dtype):
+    args = inputs(2, 517, 4, 32, 64, dtype=dtype, device='cuda')
+    ours = grads(chunk_gated_delta_rule, args, chunk_size=64)
+    theirs = grads(gated_delta_rule, args, backend='fla')
+    tol = 2e-3 if dtype == torch.float32 else 5e-2
+    for name, a, b in zip(('o', 'state', 'q', 'k', 'v', 'g', 'beta', 'h0'),
+                          theirs, ours):
+        err = (a.float() - b.float()).abs().max() / b.float().abs().max()
+        assert err < tol, (name, err.item())

@@ -1,0 +1,83 @@
+"""2D sliding-window attention: halo tiles vs the explicit N x N mask."""
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mmhybrid.ops import sliding_window_attention
+from mmhybrid.ops.sliding_window import neighbourhood_mask
+
+
+def qkv(B, heads, H, W, d, dtype=torch.float64):
+    return [torch.randn(B, heads, H * W, d, dtype=dtype) for _ in range(3)]
+
+
+def test_mask_is_the_clamped_neighbourhood():
+    H, W, (wh, ww) = 9, 12, (5, 3)
+    mask = neighbourhood_mask((H, W), (wh, ww)).view(H, W, H, W)
+    for r, c in itertools.product(range(H), range(W)):
+        r0 = min(max(r - wh // 2, 0), H - wh)
+        c0 = min(max(c - ww // 2, 0), W - ww)
+        expected = torch.zeros(H, W, dtype=torch.bool)
+        expected[r0:r0 + wh, c0:c0 + ww] = True
+        assert torch.equal(mask[r, c], expected), (r, c)
+        if wh // 2 <= r < H - wh // 2 and ww // 2 <= c < W - ww // 2:
+            assert mask[r, c, r - wh // 2:r + wh // 2 + 1,
+                        c - ww // 2:c + ww // 2 + 1].all()  # centred inside
+    # a map smaller than the window is seen whole along that axis
+    small = neighbourhood_mask((3, 20), (7, 7))
+    assert (small.sum(1) == 3 * 7).all()
+
+
+@pytest.mark.parametrize('H,W', [(1, 1), (3, 5), (7, 7), (9, 4), (13, 20),
+                                 (20, 13)])
+def test_halo_matches_naive(H, W):
+    q, k, v = qkv(2, 3, H, W, 8)
+    for window, tile in itertools.product((1, 3, 7, (3, 5)),
+                                          (None, 3, (4, 6), 16)):
+        ref = sliding_window_attention(q, k, v, (H, W), window,
+                                       backend='naive')
+        out = sliding_window_attention(q, k, v, (H, W), window, tile_size=tile)
+        torch.testing.assert_close(out, ref, msg=f'window {window} tile {tile}')
+
+
+@pytest.mark.parametrize('H,W,window', [(11, 17, 5), (6, 9, 7), (16, 16, 3)])
+def test_halo_gradients_match_naive(H, W, window):
+    tensors = qkv(2, 2, H, W, 6)
+    out = []
+    for backend in ('naive', 'halo'):
+        q, k, v = (t.clone().requires_grad_() for t in tensors)
+        o = sliding_window_attention(q, k, v, (H, W), window, backend=backend)
+        torch.manual_seed(1)
+        (o * torch.randn_like(o)).sum().backward()
+        out.append([o, q.grad, k.grad, v.grad])
+    for a, b in zip(*out):
+        torch.testing.assert_close(a, b)
+
+
+def test_window_covering_the_map_is_global_attention():
+    q, k, v = qkv(1, 2, 5, 7, 8)
+    out = sliding_window_attention(q, k, v, (5, 7), 7)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+
+
+def test_bfloat16():
+    q, k, v = qkv(2, 2, 15, 10, 16)
+    ref = sliding_window_attention(q, k, v, (15, 10), 5, backend='naive')
+    out = sliding_window_attention(*(t.bfloat16() for t in (q, k, v)),
+                                   (15, 10), 5)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), ref, rtol=0.05, atol=0.05)
+
+
+def test_errors():
+    q, k, v = qkv(1, 2, 4, 4, 8)
+    with pytest.raises(ValueError, match='odd'):
+        sliding_window_attention(q, k, v, (4, 4), 4)
+    with pytest.raises(ValueError, match='H\\*W = 20'):
+        sliding_window_attention(q, k, v, (4, 5), 3)
+    with pytest.raises(ValueError, match='positive'):
+        sliding_window_attention(q, k, v, (4, 4), 0)
+    with pytest.raises(KeyError, match='unknown sliding window backend'):
+        sliding_window_attention(q, k, v, (4, 4), 3, backend='natten')
