@@ -11,12 +11,17 @@ the problem and the fix.
 """
 import copy
 import difflib
+import functools
 import os
 import os.path as osp
 
+import mmengine
+import mmengine.config.config
+import mmengine.config.utils
 from mmengine.config import Config, ConfigDict
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
+from mmengine.utils import is_installed
 
 from .default_scope import setup_config_scope
 
@@ -64,6 +69,44 @@ def merge_cfg_options(cfg, options):
     return cfg
 
 
+@functools.lru_cache(maxsize=None)
+def _package_model_index(package_path):
+    """{config name: model meta} of every metafile an OpenMMLab package lists."""
+    index = {}
+    mim = osp.join(package_path, '.mim')
+    for metafile in mmengine.load(osp.join(mim, 'model-index.yml'))['Import']:
+        for model in mmengine.load(osp.join(mim, metafile))['Models']:
+            if 'Config' in model:
+                index.setdefault(model['Config'].partition('/')[-1], model)
+    return index
+
+
+def _cached_cfg_metainfo(package_path, cfg_path):
+    index = _package_model_index(package_path)
+    if cfg_path not in index:
+        raise ValueError(f'{cfg_path} is not a model config of {package_path}')
+    return index[cfg_path]
+
+
+_FOUND_INSTALLED = set()
+
+
+def _is_installed_cached(package):
+    if package not in _FOUND_INSTALLED and is_installed(package):
+        _FOUND_INSTALLED.add(package)
+    return package in _FOUND_INSTALLED
+
+
+def _cache_external_bases():
+    """For every ``mmseg::...`` base of a config mmengine re-reads all metafiles
+    of the package (~200 YAML files, about a second; then fails over to the
+    plain path for ``_base_`` files) and reloads ``pkg_resources`` to ask
+    whether the package is installed. Neither changes while a process runs:
+    the index is read once per package, a package found installed stays so."""
+    mmengine.config.utils._get_cfg_metainfo = _cached_cfg_metainfo
+    mmengine.config.config.is_installed = _is_installed_cached
+
+
 def load_config(path, options=None, work_dir=None, launcher='none'):
     """Read ``path``, apply ``--cfg-options`` and pick the work dir like upstream.
 
@@ -72,6 +115,7 @@ def load_config(path, options=None, work_dir=None, launcher='none'):
     (mmseg, mmdet or mmpretrain) are registered.
     """
     check_config_path(path)
+    _cache_external_bases()
     cfg = Config.fromfile(path)
     cfg.launcher = launcher
     merge_cfg_options(cfg, options)
@@ -249,8 +293,9 @@ def apply_test_options(cfg, out=None, show_dir=None, tta=False):
 
     * mmseg: ``out`` is a directory of predicted label PNGs
       (``IoUMetric.output_dir``); ``show_dir`` holds painted images
-      (``<show_dir>/vis_data/vis_image``); TTA uses the config's
-      ``tta_pipeline`` / ``tta_model``.
+      (``<show_dir>/vis_data/vis_image``; every image, where mmseg's hook
+      keeps its interval of 50); TTA uses the config's ``tta_pipeline`` /
+      ``tta_model``.
     * mmdet: ``out`` is a ``.pkl`` of the predictions (``DumpDetResults``);
       painted images go to ``<work_dir>/<timestamp>/<show_dir>``; TTA defaults to
       flip + ``DetTTAModel`` when the config has none.
@@ -266,8 +311,8 @@ def apply_test_options(cfg, out=None, show_dir=None, tta=False):
         return cfg
     if show_dir:
         hook = _visualization_hook(cfg)
-        if scope == 'mmseg':
-            hook['draw'] = True
+        if scope == 'mmseg':  # every image (mmseg's hook draws every 50th)
+            hook.update(draw=True, interval=1)
             cfg.visualizer['save_dir'] = show_dir
         elif scope == 'mmdet':
             hook.update(draw=True, test_out_dir=show_dir)
