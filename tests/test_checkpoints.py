@@ -110,6 +110,11 @@ def _bad_files(tmp_path):
         'truncated': (data[:len(data) // 2], 'is truncated or corrupt'),
         'html': (b'<!DOCTYPE html><html>404</html>', 'is not a checkpoint but text/HTML'),
     }
+    try:
+        from safetensors.torch import save
+        files['safetensors'] = (save({'w': torch.randn(4)}), 'is a safetensors file')
+    except ImportError:
+        pass
     for name, (content, _) in files.items():
         (tmp_path / f'{name}.pth').write_bytes(content)
     return {tmp_path / f'{name}.pth': message for name, (_, message) in files.items()}

@@ -104,8 +104,9 @@ def from_weights_only(obj):
     return obj
 
 
-def _not_a_checkpoint(filename, err):
-    """Why ``filename`` is not a readable torch checkpoint, with the fix."""
+def _not_a_checkpoint(filename):
+    """Why ``filename`` is not a readable torch checkpoint, with the fix (the
+    error torch raised is chained to it)."""
     with open(filename, 'rb') as f:
         head = f.read(16)
     if zipfile.is_zipfile(filename) or head.startswith(b'PK'):
@@ -119,8 +120,7 @@ def _not_a_checkpoint(filename, err):
     else:
         why = (f'is not a torch checkpoint or is corrupt (it starts with '
                f'{head[:8]!r})')
-    return CheckpointError(f'checkpoint {filename} {why}; save or download it again '
-                           f'({type(err).__name__}: {str(err).splitlines()[0][:120]})')
+    return CheckpointError(f'checkpoint {filename} {why}; save or download it again')
 
 
 def _unsafe_globals(filename):
@@ -149,7 +149,7 @@ def load_from_local(filename, map_location=None):
     except pickle.UnpicklingError as err:
         unsafe = _unsafe_globals(filename)
         if not unsafe:
-            raise _not_a_checkpoint(filename, err) from err
+            raise _not_a_checkpoint(filename) from err
         if not _is_trusted():
             unsafe = sorted(unsafe)
             shown = ', '.join(unsafe[:8]) + (', ...' if len(unsafe) > 8 else '')
@@ -165,9 +165,9 @@ def load_from_local(filename, map_location=None):
             checkpoint = torch.load(filename, map_location=map_location,
                                     weights_only=False)
         except Exception as full_err:  # noqa: BLE001
-            raise _not_a_checkpoint(filename, full_err) from full_err
+            raise _not_a_checkpoint(filename) from full_err
     except (RuntimeError, EOFError, OSError, ValueError) as err:
-        raise _not_a_checkpoint(filename, err) from err
+        raise _not_a_checkpoint(filename) from err
     return from_weights_only(checkpoint)
 
 
