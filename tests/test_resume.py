@@ -1,8 +1,9 @@
 """Resuming an interrupted run with the real Runner (torch >= 2.6 weights_only).
 
 mmengine 0.10 checkpoints hold more than tensors, so torch's weights_only
-default refuses them; ``import mmhybrid`` trusts ``Runner.resume`` (the user's
-own files) and keeps refusing untrusted full checkpoints with a clear error.
+default refuses them; ``import mmhybrid`` writes them in a weights-only form
+(rebuilt on load), trusts ``Runner.resume`` for older full pickles (the user's
+own files) and keeps refusing untrusted full pickles with a clear error.
 """
 from pathlib import Path
 

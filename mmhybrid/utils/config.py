@@ -114,6 +114,7 @@ def load_config(path, options=None, work_dir=None, launcher='none'):
     ``work_dirs/<config name>``. The modules of the config's default scope
     (mmseg, mmdet or mmpretrain) are registered.
     """
+    path = os.fspath(path)
     check_config_path(path)
     _cache_external_bases()
     cfg = Config.fromfile(path)
