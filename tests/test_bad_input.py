@@ -4,7 +4,6 @@ Checkpoint files: tests/test_checkpoints.py. The messages are listed in
 docs/design.md ("Errors and bad input").
 """
 import importlib.util
-import os
 import re
 import sys
 from pathlib import Path
@@ -13,7 +12,8 @@ import pytest
 import torch
 
 from mmhybrid.models.backbones import CSWin, InfViT, SoLAVision, SwinELFATT
-from mmhybrid.models.backbones.base_backbone import ArchError
+from mmhybrid.models.backbones.base_backbone import ArchError, resolve_arch
+from mmhybrid.models.backbones.sola_vision import ARCH_SETTINGS as SOLA_ARCHS
 
 ROOT = Path(__file__).resolve().parents[1]
 SEG_CONFIG = ROOT / 'configs/sola/demo/upernet_sola-t_toy-ade.py'
@@ -55,13 +55,11 @@ def test_unknown_arch_names_the_valid_ones(cls, bad, valid):
         cls(arch=bad)
 
 
-@pytest.mark.parametrize('cls,alias,key', [
-    (SoLAVision, 'Tiny', 't'), (SwinELFATT, 'tiny', 't'), (CSWin, 'base', 'b')])
-def test_upstream_arch_aliases(cls, alias, key):
-    from mmhybrid.models.backbones.base_backbone import resolve_arch
-    zoo = cls.arch_zoo if hasattr(cls, 'arch_zoo') else __import__(
-        cls.__module__, fromlist=['ARCH_SETTINGS']).ARCH_SETTINGS
-    assert resolve_arch(alias, zoo, cls.__name__, ()) == zoo[key]
+@pytest.mark.parametrize('zoo,alias,key', [
+    (SOLA_ARCHS, 'Tiny', 't'), (SwinELFATT.arch_zoo, 'tiny', 't'),
+    (CSWin.arch_zoo, 'base', 'b')])
+def test_upstream_arch_aliases(zoo, alias, key):
+    assert resolve_arch(alias, zoo, 'X', ()) == zoo[key]
 
 
 def test_arch_dict_missing_keys():
@@ -250,7 +248,8 @@ def test_test_tool_missing_data_and_bad_out(monkeypatch, toy_data, tmp_path):
     assert 'test_dataloader data_root' in message
     config = small_config(tmp_path, toy_data['ade'])
     message = run_tool('test', monkeypatch, config, tmp_path / 'no.pth')
-    assert message.startswith(f"error: checkpoint not found: load_from='{tmp_path}/no.pth'")
+    assert message.startswith('error: checkpoint not found: '
+                              f"load_from='{tmp_path}/no.pth'")
     config.write_text(config.read_text().replace("'mmseg'", "'mmdet'"))
     message = run_tool('test', monkeypatch, config, ckpt, '--work-dir', tmp_path / 'w',
                        '--out', tmp_path / 'preds.json')

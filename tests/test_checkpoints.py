@@ -199,7 +199,8 @@ def test_other_model_loads_nothing(tmp_path):
     with pytest.raises(ValueError, match='another arch or model') as err:
         load_pretrained(swin, path)
     text = str(err.value)
-    loaded, total = map(int, text.split('SwinELFATT: loaded ')[1].split(' ')[0].split('/'))
+    counts = text.split('SwinELFATT: loaded ')[1].split(' ')[0]
+    loaded, total = map(int, counts.split('/'))
     assert loaded < total / 2 and total == len(swin.state_dict())  # stem and norms only
 
 
