@@ -30,15 +30,12 @@ import numpy as np
 import torch
 from mmengine.config import DictAction
 
-matplotlib.use('Agg')
-from matplotlib import pyplot as plt  # noqa: E402
-
-import mmhybrid  # noqa: E402,F401  registers our models
-from mmhybrid.models.backbones import BaseBackbone  # noqa: E402
-from mmhybrid.models.utils import load_pretrained  # noqa: E402
-from mmhybrid.registry import MODELS  # noqa: E402
-from mmhybrid.utils import load_config  # noqa: E402
-from mmhybrid.utils.toy_data import draw_scene  # noqa: E402
+import mmhybrid  # noqa: F401  registers our models
+from mmhybrid.models.backbones import BaseBackbone
+from mmhybrid.models.utils import load_pretrained
+from mmhybrid.registry import MODELS
+from mmhybrid.utils import load_config
+from mmhybrid.utils.toy_data import draw_scene
 
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
@@ -118,7 +115,14 @@ def _normalised(a):
     return a / a.max() if a.max() > 0 else a
 
 
+def _pyplot():
+    matplotlib.use('Agg')  # files only, no display
+    from matplotlib import pyplot
+    return pyplot
+
+
 def save_feature_maps(images, outputs, path):
+    plt = _pyplot()
     rows, cols = len(images), len(outputs) + 1
     fig, axes = plt.subplots(rows, cols, figsize=(2.2 * cols, 2.2 * rows),
                              squeeze=False)
@@ -137,6 +141,7 @@ def save_feature_maps(images, outputs, path):
 
 
 def save_erfs(erfs, path):
+    plt = _pyplot()
     fig, axes = plt.subplots(1, len(erfs), figsize=(3 * len(erfs), 3), squeeze=False)
     for i, (ax, erf) in enumerate(zip(axes[0], erfs)):
         ax.imshow(_normalised(np.log10(1 + erf)), cmap='RdYlGn', vmin=0, vmax=1)
