@@ -69,6 +69,19 @@ def test_weights_only_round_trip(tmp_path):
     assert from_weights_only(to_weights_only(checkpoint['meta'])) == checkpoint['meta']
 
 
+def test_state_dict_metadata_and_unchanged_objects_are_kept(tmp_path):
+    model = torch.nn.Sequential(torch.nn.BatchNorm1d(2))
+    state = model.state_dict()
+    meta = {'dataset_meta': {'classes': ('a', 'b')}}
+    checkpoint = {'state_dict': state, 'meta': meta, 'hub': np.ones(2)}
+    plain = to_weights_only(checkpoint)
+    assert plain['state_dict'] is state and plain['meta'] is meta  # nothing copied
+    assert isinstance(checkpoint['hub'], np.ndarray)  # the caller's dict untouched
+    torch.save(plain, tmp_path / 'x.pth')
+    back = from_weights_only(torch.load(tmp_path / 'x.pth', weights_only=True))
+    assert back['state_dict']._metadata == state._metadata  # BatchNorm's version
+
+
 def test_old_full_pickle_needs_trust_and_can_be_resaved(tmp_path, monkeypatch):
     path = tmp_path / 'old.pth'
     torch.save({'state_dict': {'w': torch.ones(1)}, 'hub': HistoryBuffer([1.], [1]),

@@ -61,9 +61,31 @@ def _is_trusted():
     return _TRUSTED.get() or os.environ.get(TRUST_ENV) == '1'
 
 
+def _map_values(obj, fn):
+    """``obj`` (a dict, list or tuple) with ``fn`` applied to its values: the same
+    object when nothing changes, else a plain dict / OrderedDict / list / tuple
+    (what weights-only loading accepts) keeping a state dict's ``_metadata``."""
+    if isinstance(obj, dict):
+        items = [(k, fn(v)) for k, v in obj.items()]
+        if type(obj) in (dict, OrderedDict) and all(
+                new is old for (_, new), old in zip(items, obj.values())):
+            return obj
+        if not isinstance(obj, OrderedDict):
+            return dict(items)
+        out = OrderedDict(items)
+        if hasattr(obj, '_metadata'):  # module versions read by load_state_dict
+            out._metadata = obj._metadata
+        return out
+    values = [fn(v) for v in obj]
+    if type(obj) in (list, tuple) and all(a is b for a, b in zip(values, obj)):
+        return obj
+    return tuple(values) if isinstance(obj, tuple) else values
+
+
 def to_weights_only(obj):
     """``obj`` with every ``HistoryBuffer``, numpy array and numpy scalar replaced
-    by a tagged dict of tensors and numbers (see :func:`from_weights_only`)."""
+    by a tagged dict of tensors and numbers (see :func:`from_weights_only`);
+    containers are copied only where something inside changes."""
     if isinstance(obj, HistoryBuffer):
         log, count = obj.data
         return {_TAG: 'HistoryBuffer', 'log_history': to_weights_only(log),
@@ -74,12 +96,8 @@ def to_weights_only(obj):
         return {_TAG: 'ndarray', 'dtype': obj.dtype.str, 'data': data}
     if isinstance(obj, np.generic):
         return {_TAG: 'numpy_scalar', 'dtype': obj.dtype.str, 'value': obj.item()}
-    if isinstance(obj, dict):
-        items = ((k, to_weights_only(v)) for k, v in obj.items())
-        return OrderedDict(items) if isinstance(obj, OrderedDict) else dict(items)
-    if isinstance(obj, (list, tuple)):
-        values = [to_weights_only(v) for v in obj]
-        return tuple(values) if isinstance(obj, tuple) else values
+    if isinstance(obj, (dict, list, tuple)):
+        return _map_values(obj, to_weights_only)
     return obj
 
 
@@ -97,10 +115,8 @@ def from_weights_only(obj):
             return np.asarray(data, dtype=np.dtype(obj['dtype']))
         if tag == 'numpy_scalar':
             return np.dtype(obj['dtype']).type(obj['value'])
-        items = ((k, from_weights_only(v)) for k, v in obj.items())
-        return OrderedDict(items) if isinstance(obj, OrderedDict) else dict(items)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(map(from_weights_only, obj))
+    if isinstance(obj, (dict, list, tuple)):
+        return _map_values(obj, from_weights_only)
     return obj
 
 
