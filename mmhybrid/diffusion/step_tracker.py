@@ -18,8 +18,9 @@ class StepTracker:
 
     Without one (a bare UNet, tomesd style), ELFATT is on for the high-noise
     calls: timestep ``t >= (1 - elfatt_steps) * num_train_timesteps``. With the
-    usual spacings of SD schedulers (leading, trailing, linspace) this selects
-    the same first steps as the count above (tests/test_sd_patch.py).
+    uniform spacings of SD schedulers (leading, trailing, linspace) these are the
+    first steps, within one step of the count above (exactly 10 of 50 at 0.2;
+    tests/test_sd_patch.py); Karras sigmas follow the noise level instead.
 
     Args:
         elfatt_steps (float): fraction of the denoising steps that use ELFATT.
