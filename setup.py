@@ -19,6 +19,8 @@ setup(
     long_description=read('README.md'),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['mmhybrid', 'mmhybrid.*']),
+    # interpreter-start hook that tools/setup_env.sh enables with a .pth line
+    py_modules=['_mmhybrid_startup'],
     python_requires='>=3.9',
     # torch and mmcv (with ops) are installed by tools/setup_env.sh: mmcv has no
     # wheels on PyPI and must be compiled against the local torch.

@@ -1,14 +1,16 @@
 """Resuming an interrupted run with the real Runner (torch >= 2.6 weights_only).
 
 mmengine 0.10 checkpoints hold more than tensors, so torch's weights_only
-default refuses them; ``import mmhybrid`` trusts ``Runner.resume`` (the user's
-own files) and keeps refusing untrusted full checkpoints with a clear error.
+default refuses them; ``import mmhybrid`` writes them in a weights-only form
+(rebuilt on load), trusts ``Runner.resume`` for older full pickles (the user's
+own files) and keeps refusing untrusted full pickles with a clear error.
 """
 from pathlib import Path
 
 import pytest
 import torch
 from mmengine.hooks import Hook
+from mmengine.logging import HistoryBuffer
 
 from _toy_runner import build_toy_runner, toy_config
 from mmhybrid.models.backbones.sola_vision import SoLAVision
@@ -83,19 +85,17 @@ def test_resume_continues_from_checkpoint(toy_data, interrupted):
     assert not torch.equal(resumed[key], state_at_2[key])
 
 
-def test_untrusted_full_checkpoint_refused_bare_state_dict_loads(
+def test_training_checkpoint_loads_untrusted_full_pickle_refused(
         interrupted, tmp_path):
     work_dir, _ = interrupted
     full = str(work_dir / 'iter_2.pth')
     backbone = SoLAVision('t')
-    with pytest.raises(RuntimeError, match='not unpickled'):
-        load_pretrained(backbone, full)
-    state = torch.load(full, map_location='cpu',
-                       weights_only=False)['state_dict']
-    bare = tmp_path / 'backbone.pth'
-    torch.save({k[len('backbone.'):]: v for k, v in state.items()
-                if k.startswith('backbone.')}, bare)
-    load_pretrained(backbone, str(bare))
+    load_pretrained(backbone, full)  # written weights-only: no trust needed
+    state = torch.load(full, map_location='cpu', weights_only=True)['state_dict']
     torch.testing.assert_close(backbone.pos_embed, state['backbone.pos_embed'])
+    old = tmp_path / 'full_pickle.pth'  # as mmengine alone writes it
+    torch.save({'state_dict': state, 'message_hub': HistoryBuffer([1.], [1])}, old)
+    with pytest.raises(RuntimeError, match='not unpickled'):
+        load_pretrained(backbone, str(old))
     with trusted_checkpoints():  # the user's own full checkpoint
-        load_pretrained(backbone, full)
+        load_pretrained(backbone, str(old))

@@ -179,9 +179,70 @@ def test_processor_matches_naive_reference(mode, ratio, block_size):
             torch.testing.assert_close(out[b, members], exact[b, j].expand(len(members), -1))
 
 
-def test_bare_unet_with_elfatt_needs_a_scheduler():
-    with pytest.raises(ValueError, match='scheduler'):
-        apply_patch(tiny_unet(), elfatt_steps=0.2)
+SD_BETAS = dict(beta_start=0.00085, beta_end=0.012, beta_schedule='scaled_linear')
+UNIFORM_SCHEDULERS = {  # SD 1.x configs and diffusers' defaults: uniform in t
+    'DDIM-SD': ('DDIMScheduler', dict(steps_offset=1, set_alpha_to_one=False)),
+    'DDIM-trailing': ('DDIMScheduler', dict(timestep_spacing='trailing')),
+    'Euler': ('EulerDiscreteScheduler', {}),
+    'DPMSolver++': ('DPMSolverMultistepScheduler', {}),
+    'LMS': ('LMSDiscreteScheduler', {}),
+}
+
+
+def _active_steps(tracker, timesteps):
+    sample = torch.zeros(1, 4, 4, 4)
+    flags = []
+    for t in timesteps:
+        tracker(None, (sample, t), {})
+        flags.append(tracker.elfatt_active)
+    return flags
+
+
+@pytest.mark.parametrize('name', UNIFORM_SCHEDULERS)
+def test_bare_unet_timestep_rule_follows_the_step_count(name):
+    cls, kwargs = UNIFORM_SCHEDULERS[name]
+    scheduler = getattr(diffusers, cls)(**SD_BETAS, **kwargs)
+    for steps in (10, 20, 50):
+        scheduler.set_timesteps(steps)
+        for fraction in (0.1, 0.2, 0.3, 0.5):
+            exact = _active_steps(StepTracker(fraction, lambda: scheduler),
+                                  scheduler.timesteps)
+            rule = _active_steps(StepTracker(fraction, None), scheduler.timesteps)
+            k = sum(rule)
+            assert rule == [True] * k + [False] * (steps - k)  # the first steps
+            assert abs(k - sum(exact)) <= 1, (steps, fraction)
+            if (steps, fraction) == (50, 0.2):
+                assert rule == exact  # the paper's setting
+
+
+def test_bare_unet_timestep_rule_with_karras_sigmas():
+    scheduler = diffusers.DPMSolverMultistepScheduler(**SD_BETAS, use_karras_sigmas=True)
+    scheduler.set_timesteps(50)
+    rule = _active_steps(StepTracker(0.2, None), scheduler.timesteps)
+    k = sum(rule)
+    assert rule == [True] * k + [False] * (50 - k) and 10 <= k <= 14  # by noise level
+
+
+def test_bare_unet_patch_decides_from_the_timestep(monkeypatch):
+    unet = tiny_unet()
+    baseline = {t: run(unet, torch.tensor(t)) for t in (999, 100)}
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return elfatt_sd_attention(*args, **kwargs)
+
+    elfatt_sd_attention = processor_module.elfatt_sd_attention
+    monkeypatch.setattr(processor_module, 'elfatt_sd_attention', counting)
+    apply_patch(unet, ratio=0.0, elfatt_steps=0.2, block_size=32, agent_tokens=16)
+    high = run(unet, torch.tensor(999))  # t >= 800: ELFATT-SD
+    assert len(calls) == len(FULL_RES_ATTN)
+    assert (high - baseline[999]).abs().max() > 1e-4
+    assert torch.equal(run(unet, torch.tensor(100)), baseline[100])  # ratio 0: exact
+    assert len(calls) == len(FULL_RES_ATTN)
+    apply_patch(unet, ratio=0.0, elfatt_steps=0.2, num_train_timesteps=100)
+    run(unet, torch.tensor(99))  # t >= 80 on a 100-step diffusion
+    assert len(calls) == 2 * len(FULL_RES_ATTN)
 
 
 def tiny_tokenizer(tmp_path):

@@ -84,6 +84,13 @@ fi
 log "installing the OpenMMLab stack and mmhybrid"
 "${PIP[@]}" "${STACK[@]}"
 "${PIP[@]}" -e "$ROOT[tests,sd]"
+# mmpretrain 1.2.0's multimodal models break with transformers >= 5 (which the
+# sd extra brings) and mmseg/mmdet import them: switch them off at interpreter
+# start, so upstream tools work without `import mmhybrid` (_mmhybrid_startup.py).
+site=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "import importlib.util as u; u.find_spec('_mmhybrid_startup') and __import__('_mmhybrid_startup')" \
+  > "$site/mmhybrid-startup.pth"
+"$VPY" -c 'from mmseg.utils import register_all_modules; register_all_modules()'
 "$VPY" -c 'import mmcv.ops, mmengine, mmseg, mmdet, mmpretrain, mmhybrid' >/dev/null
 rm -f "$VENV"/.mmhybrid-setup-*
 touch "$STAMP"

@@ -1,10 +1,17 @@
 """Evaluate a checkpoint with any mmseg, mmdet or mmpretrain config.
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--cfg-options ...]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out PATH]
+        [--show-dir DIR] [--tta] [--amp] [--cfg-options ...]
+
+``--out``, ``--show-dir`` and ``--tta`` mean what they mean in the config's own
+package (see :func:`mmhybrid.utils.config.apply_test_options`): mmseg writes
+predicted label PNGs to the ``--out`` directory, mmdet and mmpretrain dump the
+predictions to a ``.pkl`` file.
 
 CHECKPOINT is your own file (e.g. a full training checkpoint with optimizer
-state), so it is loaded with full unpickling inside
-``mmhybrid.utils.trusted_checkpoints()``; do not pass files you did not make.
+state), so it is loaded inside ``mmhybrid.utils.trusted_checkpoints()``: a
+checkpoint written before mmhybrid saved weights-only files is fully unpickled;
+do not pass files you did not make.
 """
 import argparse
 import os
@@ -13,6 +20,8 @@ from mmengine.config import DictAction
 
 import mmhybrid  # noqa: F401  registers our models, fixes checkpoint loading
 from mmhybrid.utils import build_runner, load_config, trusted_checkpoints
+from mmhybrid.utils.config import (ConfigError, apply_test_options,
+                                   check_checkpoint_paths, check_data)
 
 
 def parse_args():
@@ -20,6 +29,15 @@ def parse_args():
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file (trusted)')
     parser.add_argument('--work-dir', help='where metrics and logs go')
+    parser.add_argument(
+        '--out', help='mmseg: directory for predicted label PNGs; mmdet / '
+        'mmpretrain: .pkl file for the predictions')
+    parser.add_argument(
+        '--show-dir', help='save images painted with the predictions here '
+        '(mmdet: under work_dir/timestamp/)')
+    parser.add_argument(
+        '--tta', action='store_true', help="test-time augmentation (the config's "
+        'tta_pipeline/tta_model, or flip TTA for mmdet/mmpretrain)')
     parser.add_argument(
         '--amp', action='store_true', help='test with fp16/bf16 autocast')
     parser.add_argument(
@@ -36,10 +54,16 @@ def parse_args():
 
 def main():
     args = parse_args()
-    cfg = load_config(args.config, args.cfg_options, args.work_dir,
-                      args.launcher)
-    cfg.load_from = args.checkpoint
-    cfg.resume = False
+    try:
+        cfg = load_config(args.config, args.cfg_options, args.work_dir,
+                          args.launcher)
+        cfg.load_from = args.checkpoint
+        cfg.resume = False
+        check_data(cfg, ['test_dataloader'])
+        check_checkpoint_paths(cfg)
+        apply_test_options(cfg, args.out, args.show_dir, args.tta)
+    except ConfigError as err:
+        raise SystemExit(f'error: {err}') from None
     if args.amp:
         cfg.test_cfg.fp16 = True
     runner = build_runner(cfg)

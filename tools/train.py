@@ -12,6 +12,8 @@ from mmengine.config import DictAction
 
 import mmhybrid  # noqa: F401  registers our models, fixes checkpoint loading
 from mmhybrid.utils import build_runner, load_config
+from mmhybrid.utils.config import (ConfigError, check_checkpoint_paths, check_data,
+                                   check_work_dir)
 
 
 def parse_args():
@@ -41,10 +43,25 @@ def parse_args():
     return args
 
 
+def load_checked_config(args):
+    """The config, after the checks that need no runner: one line per problem
+    (nothing is logged, dumped or overwritten before them)."""
+    try:
+        cfg = load_config(args.config, args.cfg_options, args.work_dir,
+                          args.launcher)
+        check_data(cfg, ['train_dataloader', 'val_dataloader'])
+        check_checkpoint_paths(cfg, load_from=args.resume is None)
+        if args.resume not in (None, 'auto') and not os.path.isfile(args.resume):
+            raise ConfigError(f'--resume {args.resume}: no such checkpoint')
+        check_work_dir(cfg, resume=args.resume is not None)
+    except ConfigError as err:
+        raise SystemExit(f'error: {err}') from None
+    return cfg
+
+
 def main():
     args = parse_args()
-    cfg = load_config(args.config, args.cfg_options, args.work_dir,
-                      args.launcher)
+    cfg = load_checked_config(args)
     if args.amp:
         if cfg.optim_wrapper.get('type', 'OptimWrapper') not in (
                 'OptimWrapper', 'AmpOptimWrapper'):

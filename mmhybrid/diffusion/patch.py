@@ -19,7 +19,7 @@ def _is_patchable(name, attn):
 
 def apply_patch(pipe_or_unet, ratio=0.5, elfatt_steps=0.2, block_size=128,
                 agent_tokens=None, mode='elfatt', max_downsample=1, stride=(2, 2),
-                use_rand=True, seed=0, scheduler=None):
+                use_rand=True, seed=0, scheduler=None, num_train_timesteps=None):
     """Patch the self-attention of a Stable Diffusion UNet with ELFATT-SD.
 
     ToMe-SD token merging runs at every step; during the first ``elfatt_steps``
@@ -45,8 +45,12 @@ def apply_patch(pipe_or_unet, ratio=0.5, elfatt_steps=0.2, block_size=128,
         use_rand (bool): random dst position per window (else top-left).
         seed (int): base seed of the random dst choice.
         scheduler: scheduler whose ``timesteps`` the steps are counted in; taken
-            from the pipeline (at every call) when None. Needed when
-            ``elfatt_steps > 0`` and a bare UNet is patched.
+            from the pipeline (at every call) when None. A bare UNet patched
+            without one decides from the timestep it receives: ELFATT while
+            ``t >= (1 - elfatt_steps) * num_train_timesteps`` (high noise).
+        num_train_timesteps (int, optional): training steps of the diffusion
+            for that rule; default ``scheduler.config.num_train_timesteps`` when
+            a scheduler is known, else 1000 (SD 1.x/2.x).
     Returns:
         ``pipe_or_unet``.
     """
@@ -64,14 +68,16 @@ def apply_patch(pipe_or_unet, ratio=0.5, elfatt_steps=0.2, block_size=128,
     elif hasattr(pipe_or_unet, 'scheduler'):
         def get_scheduler():
             return pipe_or_unet.scheduler
-    elif elfatt_steps > 0:
-        raise ValueError('elfatt_steps > 0 needs the denoising schedule: patch the '
-                         'pipeline or pass scheduler=')
     else:
         get_scheduler = None
+    if num_train_timesteps is None:
+        known = (scheduler if scheduler is not None
+                 else getattr(pipe_or_unet, 'scheduler', None))
+        num_train_timesteps = getattr(getattr(known, 'config', None),
+                                      'num_train_timesteps', 1000)
     remove_patch(pipe_or_unet)
     unet = _unet(pipe_or_unet)
-    tracker = StepTracker(elfatt_steps, get_scheduler, seed)
+    tracker = StepTracker(elfatt_steps, get_scheduler, seed, num_train_timesteps)
     originals = unet.attn_processors
     patched = {}
     for name, processor in originals.items():

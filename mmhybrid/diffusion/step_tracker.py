@@ -1,4 +1,5 @@
-"""Which denoising step a UNet call belongs to, read from the pipeline's scheduler."""
+"""Which denoising step a UNet call belongs to: read from the scheduler's schedule,
+or, for a bare UNet without one, from the timestep's noise level."""
 import math
 
 import torch
@@ -9,25 +10,35 @@ class StepTracker:
     size (to map a layer's token count back to its grid), the denoising step
     index, whether ELFATT is on, and a ToMe generator seeded from the timestep.
 
-    The step index is the position of the call's timestep in
+    With a scheduler, the step index is the position of the call's timestep in
     ``scheduler.timesteps`` (the nearest one), so it follows any number of
     inference steps, classifier-free guidance batches or separate cond/uncond
     calls, and a scheduler swapped on the pipeline after patching. ELFATT is on
     for the first ``round(elfatt_steps * len(timesteps))`` steps.
 
+    Without one (a bare UNet, tomesd style), ELFATT is on for the high-noise
+    calls: timestep ``t >= (1 - elfatt_steps) * num_train_timesteps``. With the
+    uniform spacings of SD schedulers (leading, trailing, linspace) these are the
+    first steps, within one step of the count above (exactly 10 of 50 at 0.2;
+    tests/test_sd_patch.py); Karras sigmas follow the noise level instead.
+
     Args:
         elfatt_steps (float): fraction of the denoising steps that use ELFATT.
-        get_scheduler (callable): returns the scheduler in use (or None when
-            ``elfatt_steps`` is 0).
+        get_scheduler (callable, optional): returns the scheduler in use; None
+            decides from the timestep alone.
         seed (int): base seed of the ToMe dst choice; the generator is re-seeded
             at every call from ``seed`` and the timestep, so cond and uncond
             passes of one step (and repeated runs) merge alike.
+        num_train_timesteps (int): the diffusion's training steps (SD 1.x/2.x:
+            1000), the scale of the timesteps in the timestep rule.
     """
 
-    def __init__(self, elfatt_steps, get_scheduler, seed=0):
+    def __init__(self, elfatt_steps, get_scheduler, seed=0,
+                 num_train_timesteps=1000):
         self.elfatt_steps = elfatt_steps
         self.get_scheduler = get_scheduler
         self.seed = seed
+        self.min_elfatt_timestep = (1 - elfatt_steps) * num_train_timesteps
         self.generator = torch.Generator()
         self.latent_hw = None
         self.step_index = None
@@ -42,6 +53,9 @@ class StepTracker:
         self.generator.manual_seed(self.seed + round(t * 1000))
         if self.elfatt_steps <= 0:
             self.elfatt_active = False
+            return None
+        if self.get_scheduler is None:
+            self.elfatt_active = t >= self.min_elfatt_timestep
             return None
         timesteps = self.get_scheduler().timesteps
         if timesteps is None:

@@ -20,6 +20,13 @@ PRESET_PLANS = {
 }
 
 
+def _plan_help(num_stages):
+    letters = ', '.join(f'{k} {v}' for k, v in ATTENTION_TYPES.items())
+    return (f'use a preset ({", ".join(repr(p) for p in PRESET_PLANS)}) or one '
+            f'pattern per stage ({num_stages}) separated by commas, e.g. '
+            f"'E,E,GE,G' (letters: {letters})")
+
+
 def _stage_pattern(entry):
     """'elfatt' | 'GE' | ['global', 'elfatt'] -> ('global', 'elfatt', ...)."""
     if isinstance(entry, str):
@@ -52,11 +59,14 @@ def parse_attention_plan(plan, depths):
     Returns:
         list[list[str]]: ``plan[i][j]`` is the type of block ``j`` of stage ``i``.
     """
+    if isinstance(plan, str) and plan not in PRESET_PLANS and ',' not in plan:
+        raise ValueError(f'unknown attention plan {plan!r}: '
+                         f'{_plan_help(len(depths))}')
     plan = PRESET_PLANS.get(plan, plan) if isinstance(plan, str) else plan
     entries = plan.replace(' ', '').split(',') if isinstance(plan, str) else list(plan)
     if len(entries) != len(depths):
         raise ValueError(f'attention plan {plan!r} has {len(entries)} stages, '
-                         f'the backbone has {len(depths)}')
+                         f'the backbone has {len(depths)}: {_plan_help(len(depths))}')
     expanded = []
     for entry, depth in zip(entries, depths):
         pattern = _stage_pattern(entry)

@@ -4,17 +4,33 @@ OpenMMLab configs copy ``data_root`` into each dataloader (and mmdet's
 ``CocoMetric.ann_file = data_root + '...'``) when the base file is parsed, so
 ``--cfg-options data_root=X`` alone would change nothing: :func:`set_data_root`
 rewrites every string that is, or starts with, the old root.
+
+The ``check_*`` functions find bad input before a runner is built (and logs,
+dumps or overwrites anything), each raising one :class:`ConfigError` that names
+the problem and the fix.
 """
+import copy
+import difflib
+import functools
+import os
 import os.path as osp
 
-from mmengine.config import Config
+import mmengine
+import mmengine.config.config
+import mmengine.config.utils
+from mmengine.config import Config, ConfigDict
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
+from mmengine.utils import is_installed
 
 from .default_scope import setup_config_scope
 
 DATA_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader',
              'val_evaluator', 'test_evaluator')
+
+
+class ConfigError(ValueError):
+    """A config, path or option that cannot work; the message says the fix."""
 
 
 def _replace(value, old, new):
@@ -53,6 +69,44 @@ def merge_cfg_options(cfg, options):
     return cfg
 
 
+@functools.lru_cache(maxsize=None)
+def _package_model_index(package_path):
+    """{config name: model meta} of every metafile an OpenMMLab package lists."""
+    index = {}
+    mim = osp.join(package_path, '.mim')
+    for metafile in mmengine.load(osp.join(mim, 'model-index.yml'))['Import']:
+        for model in mmengine.load(osp.join(mim, metafile))['Models']:
+            if 'Config' in model:
+                index.setdefault(model['Config'].partition('/')[-1], model)
+    return index
+
+
+def _cached_cfg_metainfo(package_path, cfg_path):
+    index = _package_model_index(package_path)
+    if cfg_path not in index:
+        raise ValueError(f'{cfg_path} is not a model config of {package_path}')
+    return index[cfg_path]
+
+
+_FOUND_INSTALLED = set()
+
+
+def _is_installed_cached(package):
+    if package not in _FOUND_INSTALLED and is_installed(package):
+        _FOUND_INSTALLED.add(package)
+    return package in _FOUND_INSTALLED
+
+
+def _cache_external_bases():
+    """For every ``mmseg::...`` base of a config mmengine re-reads all metafiles
+    of the package (~200 YAML files, about a second; then fails over to the
+    plain path for ``_base_`` files) and reloads ``pkg_resources`` to ask
+    whether the package is installed. Neither changes while a process runs:
+    the index is read once per package, a package found installed stays so."""
+    mmengine.config.utils._get_cfg_metainfo = _cached_cfg_metainfo
+    mmengine.config.config.is_installed = _is_installed_cached
+
+
 def load_config(path, options=None, work_dir=None, launcher='none'):
     """Read ``path``, apply ``--cfg-options`` and pick the work dir like upstream.
 
@@ -60,6 +114,9 @@ def load_config(path, options=None, work_dir=None, launcher='none'):
     ``work_dirs/<config name>``. The modules of the config's default scope
     (mmseg, mmdet or mmpretrain) are registered.
     """
+    path = os.fspath(path)
+    check_config_path(path)
+    _cache_external_bases()
     cfg = Config.fromfile(path)
     cfg.launcher = launcher
     merge_cfg_options(cfg, options)
@@ -77,3 +134,228 @@ def build_runner(cfg):
     if 'runner_type' in cfg:
         return RUNNERS.build(cfg)
     return Runner.from_cfg(cfg)
+
+
+def check_config_path(path):
+    """A missing config file, with the closest names of its directory."""
+    if '::' in path or osp.isfile(path):
+        return
+    folder, name = osp.split(path)
+    folder = folder or '.'
+    if not osp.isdir(folder):
+        raise ConfigError(f'config file {path} does not exist (nor does its '
+                          f'directory {folder}; working directory {os.getcwd()})')
+    close = difflib.get_close_matches(
+        name, [f for f in os.listdir(folder) if f.endswith('.py')], n=3, cutoff=0.5)
+    hint = ('; did you mean ' + ' or '.join(osp.join(folder, c) for c in close) + '?'
+            if close else f'; {folder} holds no similar .py file')
+    raise ConfigError(f'config file {path} does not exist{hint}')
+
+
+def _datasets(dataset):
+    """A dataset config and the datasets wrapped inside it (Concat, Repeat...)."""
+    yield dataset
+    for key in ('dataset', 'datasets'):
+        inner = dataset.get(key)
+        for d in (inner if isinstance(inner, (list, tuple)) else [inner]):
+            if isinstance(d, dict):
+                yield from _datasets(d)
+
+
+def _local(dataset):
+    backend = (dataset.get('backend_args') or {}).get('backend', 'local')
+    return backend == 'local'
+
+
+def _missing_data(cfg, loader):
+    """(what, path) of every dataset path of ``loader`` that does not exist."""
+    loader_cfg = cfg.get(loader)
+    if not isinstance(loader_cfg, dict) or not isinstance(
+            loader_cfg.get('dataset'), dict):
+        return []
+    missing = []
+    for d in _datasets(loader_cfg['dataset']):
+        if not _local(d):
+            continue
+        root = d.get('data_root') or ''
+        if root and not osp.isdir(root):
+            missing.append((f'{loader} data_root', root))
+            continue
+        ann = d.get('ann_file')
+        if isinstance(ann, str) and ann:
+            path = ann if osp.isabs(ann) else osp.join(root, ann)
+            if not osp.isfile(path):
+                missing.append((f'{loader} ann_file', path))
+        prefixes = d.get('data_prefix')
+        prefixes = prefixes.values() if isinstance(prefixes, dict) else [prefixes]
+        for prefix in prefixes:
+            if isinstance(prefix, str) and prefix:
+                path = prefix if osp.isabs(prefix) else osp.join(root, prefix)
+                if not osp.isdir(path):
+                    missing.append((f'{loader} data_prefix', path))
+    return missing
+
+
+def _missing_evaluator_files(cfg, evaluator):
+    metrics = cfg.get(evaluator)
+    metrics = metrics if isinstance(metrics, (list, tuple)) else [metrics]
+    return [(f'{evaluator} ann_file', m['ann_file']) for m in metrics
+            if isinstance(m, dict) and isinstance(m.get('ann_file'), str)
+            and m['ann_file'] and not osp.isfile(m['ann_file'])]
+
+
+def check_data(cfg, loaders):
+    """Every local data root, annotation file and image folder that the given
+    dataloaders (and their evaluators) read must exist."""
+    missing = []
+    for loader in loaders:
+        if cfg.get(loader) is None:
+            continue
+        missing += _missing_data(cfg, loader)
+        missing += _missing_evaluator_files(cfg,
+                                            loader.replace('dataloader', 'evaluator'))
+    if not missing:
+        return
+    seen = dict.fromkeys(path for _, path in missing)
+    where = {path: what for what, path in reversed(missing)}
+    fix = ('pass --cfg-options data_root=PATH' if cfg.get('data_root') is not None
+           else 'set the dataset paths in the config')
+    raise ConfigError(
+        'dataset not found: ' + ', '.join(f'{where[p]} {p}' for p in seen) +
+        f' (working directory {os.getcwd()}); put the data there or {fix}')
+
+
+def _checkpoint_paths(node, where):
+    """(where, path) of the local checkpoints a model config names."""
+    if isinstance(node, dict):
+        if node.get('type') == 'Pretrained' and isinstance(node.get('checkpoint'), str):
+            yield f'{where}.checkpoint', node['checkpoint']
+        if isinstance(node.get('pretrained'), str):
+            yield f'{where}.pretrained', node['pretrained']
+        for key, value in node.items():
+            yield from _checkpoint_paths(value, f'{where}.{key}')
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _checkpoint_paths(value, f'{where}[{i}]')
+
+
+def check_checkpoint_paths(cfg, load_from=True):
+    """Local checkpoints named by the model's ``init_cfg``/``pretrained`` (and
+    ``load_from``) must exist; URLs and ``scheme://`` names are not checked."""
+    found = list(_checkpoint_paths(cfg.get('model'), 'model'))
+    if load_from and isinstance(cfg.get('load_from'), str):
+        found.append(('load_from', cfg.load_from))
+    missing = [(where, path) for where, path in found
+               if '://' not in path and not osp.isfile(osp.expanduser(path))]
+    if missing:
+        raise ConfigError(
+            'checkpoint not found: ' + ', '.join(f'{w}={p!r}' for w, p in missing) +
+            f' (working directory {os.getcwd()}); fix the path, or remove the '
+            'entry to start from scratch')
+
+
+def check_work_dir(cfg, resume=False):
+    """Refuse to start a new run in a work dir that holds another run's
+    checkpoints or config dump (mmengine would overwrite them)."""
+    work_dir = cfg.work_dir
+    if resume or not osp.isdir(work_dir):
+        return
+    found = sorted(f for f in os.listdir(work_dir)
+                   if f == 'last_checkpoint' or f.endswith(('.pth', '.py')))
+    if found:
+        shown = ', '.join(found[:3]) + (', ...' if len(found) > 3 else '')
+        raise ConfigError(
+            f'work dir {work_dir} already holds a run ({shown}); continue it with '
+            '--resume, or give this run another --work-dir (nothing was written)')
+
+
+def _visualization_hook(cfg):
+    hooks = cfg.get('default_hooks') or {}
+    if 'visualization' not in hooks:
+        raise ConfigError('--show-dir needs a visualization hook: add '
+                          "default_hooks.visualization=dict(type='...VisualizationHook')")
+    return hooks['visualization']
+
+
+def _default_flip_tta(cfg, pack):
+    test = cfg.test_dataloader.dataset
+    while 'dataset' in test:
+        test = test['dataset']
+    pipeline = copy.deepcopy(test.pipeline)
+    pipeline[-1] = dict(type='TestTimeAug', transforms=[
+        [dict(type='RandomFlip', prob=1.), dict(type='RandomFlip', prob=0.)],
+        [pack]])
+    return pipeline
+
+
+def apply_test_options(cfg, out=None, show_dir=None, tta=False):
+    """Upstream ``tools/test.py``'s ``--out``, ``--show-dir`` and ``--tta``, with
+    the semantics of the config's package (its ``default_scope``):
+
+    * mmseg: ``out`` is a directory of predicted label PNGs
+      (``IoUMetric.output_dir``); ``show_dir`` holds painted images
+      (``<show_dir>/vis_data/vis_image``; every image, where mmseg's hook
+      keeps its interval of 50); TTA uses the config's ``tta_pipeline`` /
+      ``tta_model``.
+    * mmdet: ``out`` is a ``.pkl`` of the predictions (``DumpDetResults``);
+      painted images go to ``<work_dir>/<timestamp>/<show_dir>``; TTA defaults to
+      flip + ``DetTTAModel`` when the config has none.
+    * mmpretrain: ``out`` is a ``.pkl`` of the predictions (``DumpResults``);
+      painted images go to ``show_dir``; TTA defaults to flip +
+      ``AverageClsScoreTTA``.
+    """
+    scope = cfg.get('default_scope', 'mmengine')
+    if scope not in ('mmseg', 'mmdet', 'mmpretrain'):
+        if out or show_dir or tta:
+            raise ConfigError(f'--out/--show-dir/--tta know mmseg, mmdet and '
+                              f'mmpretrain configs, not default_scope={scope!r}')
+        return cfg
+    if show_dir:
+        hook = _visualization_hook(cfg)
+        if scope == 'mmseg':  # every image (mmseg's hook draws every 50th)
+            hook.update(draw=True, interval=1)
+            cfg.visualizer['save_dir'] = show_dir
+        elif scope == 'mmdet':
+            hook.update(draw=True, test_out_dir=show_dir)
+        else:
+            hook.update(enable=True, out_dir=show_dir)
+    if tta:
+        if scope == 'mmseg':
+            if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
+                raise ConfigError('--tta needs tta_model and tta_pipeline in the '
+                                  'config (mmseg dataset bases define them)')
+        elif scope == 'mmdet':
+            cfg.setdefault('tta_model', ConfigDict(type='DetTTAModel', tta_cfg=dict(
+                nms=dict(type='nms', iou_threshold=0.5), max_per_img=100)))
+            if (cfg.tta_model.get('type') == 'DetTTAModel'
+                    and (cfg.model.get('roi_head') or {}).get('mask_head')):
+                raise ConfigError(
+                    "--tta: mmdet's DetTTAModel merges boxes only and refuses masks; "
+                    'test without --tta, or test boxes alone with --cfg-options '
+                    'model.roi_head.mask_head=None test_evaluator.metric=bbox')
+            if 'tta_pipeline' not in cfg:
+                cfg.tta_pipeline = _default_flip_tta(cfg, dict(
+                    type='PackDetInputs', meta_keys=(
+                        'img_id', 'img_path', 'ori_shape', 'img_shape',
+                        'scale_factor', 'flip', 'flip_direction')))
+        else:
+            cfg.setdefault('tta_model', ConfigDict(type='mmpretrain.AverageClsScoreTTA'))
+            if 'tta_pipeline' not in cfg:
+                cfg.tta_pipeline = _default_flip_tta(
+                    cfg, cfg.test_dataloader.dataset.pipeline[-1])
+        cfg.model = ConfigDict(**cfg.tta_model, module=cfg.model)
+        cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+    if out:
+        if scope == 'mmseg':
+            cfg.test_evaluator['output_dir'] = out
+            cfg.test_evaluator['keep_results'] = True
+        else:
+            if not out.endswith(('.pkl', '.pickle')):
+                raise ConfigError(f'--out {out}: predictions are dumped to a pickle '
+                                  'file, give a path ending in .pkl')
+            dump = dict(type='DumpDetResults' if scope == 'mmdet' else 'DumpResults',
+                        out_file_path=out)
+            evaluator = cfg.test_evaluator
+            cfg.test_evaluator = (list(evaluator) if isinstance(evaluator, (list, tuple))
+                                  else [evaluator]) + [dump]
+    return cfg

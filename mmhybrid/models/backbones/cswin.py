@@ -8,6 +8,7 @@ of Han et al. 2023 (FLatten).
 from mmhybrid.layers import ConvMerging, CrossShapedWindowAttention, GlobalAttention
 from mmhybrid.registry import register_model
 from ..utils.official_checkpoints import convert_cswin, is_official_cswin
+from .base_backbone import resolve_arch
 from .hierarchical_attention import HierarchicalAttentionBackbone
 
 
@@ -16,10 +17,10 @@ class CSWin(HierarchicalAttentionBackbone):
     """CSWin with ELFATT / LOCAL / GLOBAL / EFFATT attention per stage.
 
     Args:
-        arch (str | dict): ``'t'`` (64, [2, 4, 18, 1], [2, 4, 8, 16]), ``'b'``
-            (96, [3, 6, 29, 2], [4, 8, 16, 32]), both with split sizes
-            [1, 2, 7, 7], or a dict with ``embed_dims``, ``depths``,
-            ``num_heads``, ``split_sizes``.
+        arch (str | dict): ``'t'``/``'tiny'`` (64, [2, 4, 18, 1], [2, 4, 8, 16]),
+            ``'b'``/``'base'`` (96, [3, 6, 29, 2], [4, 8, 16, 32]), both with
+            split sizes [1, 2, 7, 7], or a dict with ``embed_dims``,
+            ``depths``, ``num_heads``, ``split_sizes``.
         attn (str | list): attention plan (default ``'elfatt'``).
         split_sizes (tuple[int], optional): stripe width per stage of the
             ``'local'`` blocks (overrides the arch). Stage 4 attends over the
@@ -35,8 +36,11 @@ class CSWin(HierarchicalAttentionBackbone):
                   split_sizes=(1, 2, 7, 7)),
     }
 
+    min_input_size = 3  # the 7x7/4 stem convolution pads by 2
+
     def __init__(self, arch='t', attn='elfatt', split_sizes=None, **kwargs):
-        arch = dict(self.arch_zoo[arch] if isinstance(arch, str) else arch)
+        arch = resolve_arch(arch, self.arch_zoo, 'CSWin',
+                            ('embed_dims', 'depths', 'num_heads', 'split_sizes'))
         if split_sizes is not None:
             arch['split_sizes'] = split_sizes
         self.split_sizes = tuple(arch.get('split_sizes', (1, 2, 7, 7)))

@@ -15,7 +15,8 @@ from mmengine.model.weight_init import trunc_normal_
 from mmhybrid.layers import (AttentionBlock, ELFATTAttention, GlobalAttention,
                              ShiftedWindowAttention, parse_attention_plan)
 from ..utils import resize_pos_embed
-from .base_backbone import BaseBackbone
+from .base_backbone import (BaseBackbone, check_out_indices, check_rates,
+                            require_keys, resolve_arch)
 
 
 class AttentionStage(nn.Module):
@@ -59,15 +60,21 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                  global_ratio=0.5, lepe=True, act_cfg=dict(type='GELU'),
                  norm_cfg=dict(type='LN'), convert_weights=None, frozen_stages=-1,
                  norm_eval=False, with_cp=False, init_cfg=None):
-        arch = dict(self.arch_zoo[arch] if isinstance(arch, str) else arch)
+        name, required = type(self).__name__, ('embed_dims', 'depths', 'num_heads')
+        arch = resolve_arch(arch, self.arch_zoo, name, required)
         arch.update({k: v for k, v in dict(embed_dims=embed_dims, depths=depths,
                                            num_heads=num_heads).items()
                      if v is not None})
+        require_keys(arch, required, name)
         depths, num_heads = list(arch['depths']), list(arch['num_heads'])
-        if len(depths) != 4 or len(num_heads) != 4 or len(block_sizes) != 4:
-            raise ValueError('depths, num_heads and block_sizes need 4 entries')
-        if not set(out_indices) <= {0, 1, 2, 3}:
-            raise ValueError(f'out_indices must be within 0..3, got {out_indices}')
+        for key, value in (('depths', depths), ('num_heads', num_heads),
+                           ('block_sizes', block_sizes)):
+            if len(value) != 4:
+                raise ValueError(f'{name}: {key} needs one entry per stage (4), '
+                                 f'got {tuple(value)}')
+        check_rates(name, drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
+                    drop_path_rate=drop_path_rate)
+        out_indices = check_out_indices(name, out_indices, 4)
         super().__init__(4, frozen_stages, norm_eval, with_cp, init_cfg)
         self.arch = arch
         self.out_indices = tuple(out_indices)
@@ -140,6 +147,7 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                 trunc_normal_(m.relative_position_bias_table, std=.02)
 
     def forward(self, x):
+        self.check_input(x)
         x, hw_shape = self.patch_embed(x)
         if self.absolute_pos_embed is not None:
             x = x + resize_pos_embed(self.absolute_pos_embed, self.pos_grid, hw_shape)

@@ -17,7 +17,8 @@ from mmhybrid.layers.infsa_attention import InfSAttention, gamma_to_logit
 from mmhybrid.layers.infvit_layer import ATTN_TYPES, InfViTLayer
 from mmhybrid.registry import register_model
 from ..utils import resize_pos_embed
-from .base_backbone import BaseBackbone
+from .base_backbone import (BaseBackbone, check_out_indices, check_rates,
+                            require_keys, resolve_arch)
 
 # Width 1024, MLP ratio 4.5 and tied Q = K reproduce Table 1/3 (docs/design.md).
 ARCH_SETTINGS = {
@@ -50,8 +51,9 @@ def parse_attn_types(attn_types, depth):
         inverse = {v: k for k, v in ATTN_TYPES.items()}
         letters = ''.join(inverse.get(t, t) for t in attn_types)
     if len(letters) != depth or set(letters) - set(ATTN_TYPES):
-        raise ValueError(f'attn_types {attn_types!r} must give one of '
-                         f'{sorted(ATTN_TYPES)} per layer for depth {depth}')
+        raise ValueError(f'attn_types {attn_types!r} must give one of ' + ', '.join(
+            f'{k!r} ({v})' for k, v in ATTN_TYPES.items()) + f' per layer: one '
+            f'letter for all layers or {depth} letters (depth {depth})')
     return letters
 
 
@@ -88,21 +90,17 @@ class InfViT(BaseBackbone):
                  out_indices=(-1, ), norm_cfg=dict(type='LN', eps=1e-6),
                  frozen_stages=-1, norm_eval=False, with_cp=False,
                  init_cfg=None):
-        if isinstance(arch, str):
-            if arch.lower() not in ARCH_SETTINGS:
-                raise KeyError(f'unknown InfViT arch {arch!r}; choose from '
-                               f'{sorted(ARCH_SETTINGS)} or pass a dict')
-            arch = ARCH_SETTINGS[arch.lower()]
-        arch = dict(arch)
+        required = ('embed_dims', 'depth', 'num_heads', 'mlp_ratio', 'attn_types')
+        arch = require_keys(resolve_arch(arch, ARCH_SETTINGS, 'InfViT', required),
+                            required, 'InfViT')
+        check_rates('InfViT', drop_rate=drop_rate, drop_path_rate=drop_path_rate)
         dims, depth = arch['embed_dims'], arch['depth']
         letters = parse_attn_types(attn_types or arch['attn_types'], depth)
         heads = arch['num_heads']
         heads = [heads] * depth if isinstance(heads, int) else list(heads)
         if len(heads) != depth:
             raise ValueError(f'num_heads {heads} must have {depth} entries')
-        out_indices = tuple(i + depth if i < 0 else i for i in out_indices)
-        if any(not 0 <= i < depth for i in out_indices):
-            raise ValueError(f'out_indices must be in [-{depth}, {depth - 1}]')
+        out_indices = check_out_indices('InfViT', out_indices, depth, 'layers')
         super().__init__(depth, frozen_stages, norm_eval, with_cp, init_cfg)
         self.embed_dims = dims
         self.attn_types = letters
@@ -197,9 +195,7 @@ class InfViT(BaseBackbone):
         return torch.full((attn.num_heads, ), gamma_to_logit(gamma))
 
     def forward(self, x):
-        if x.dim() != 4:
-            raise ValueError(f'expected a (B, C, H, W) image batch, got shape '
-                             f'{tuple(x.shape)}')
+        self.check_input(x)
         B = x.shape[0]
         x, hw = self.patch_embed(x)
         if self.cls_token is not None:

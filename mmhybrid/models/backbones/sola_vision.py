@@ -18,7 +18,8 @@ from mmhybrid.layers import (GatedDeltaNetLayer, HiddenStateBridge,
                              SlidingWindowLayer, SoftmaxLayer, WKVLayer)
 from mmhybrid.registry import register_model
 from ..utils import resize_pos_embed
-from .base_backbone import BaseBackbone
+from .base_backbone import (BaseBackbone, check_out_indices, check_rates,
+                            require_keys, resolve_arch)
 
 LAYER_TYPES = {'L': WKVLayer, 'S': SoftmaxLayer, 'G': GatedDeltaNetLayer,
                'W': SlidingWindowLayer}
@@ -60,14 +61,17 @@ def parse_schedule(schedule, num_stages):
     stages = schedule.split('/') if isinstance(schedule, str) else list(schedule)
     if len(stages) != num_stages:
         raise ValueError(f'schedule {schedule!r} has {len(stages)} stages, '
-                         f'expected {num_stages} (one per embed_dims entry)')
+                         f'expected {num_stages} (one per embed_dims entry, '
+                         "separated by '/', e.g. 'LL/LL/LLSLLS/LS')")
     for i, stage in enumerate(stages, 1):
         if not stage:
             raise ValueError(f'stage {i} of schedule {schedule!r} has no layer')
         bad = set(stage) - set(LAYER_TYPES)
         if bad:
             raise ValueError(f'unknown layer letters {sorted(bad)} in stage {i} '
-                             f'of {schedule!r}; use {sorted(LAYER_TYPES)}')
+                             f'of schedule {schedule!r}; use ' + ', '.join(
+                                 f'{k!r} ({v.__name__})'
+                                 for k, v in LAYER_TYPES.items()))
     return stages
 
 
@@ -103,9 +107,9 @@ class SoLAVision(BaseBackbone):
     """SoLA-Vision backbone.
 
     Args:
-        arch (str | dict): 't', 's', 'b', 't-gdn', 'b-gdn' (every 'L' replaced by
-            'G'), or a dict with ``embed_dims``, ``schedule`` and optionally
-            ``hsb_routes``.
+        arch (str | dict): 't', 's', 'b' (or 'tiny', 'small', 'base'), 't-gdn',
+            'b-gdn' (every 'L' replaced by 'G'), or a dict with ``embed_dims``,
+            ``schedule`` and optionally ``hsb_routes``.
         schedule (str, optional): override the arch's layer schedule, one letter
             per layer ('L' WKV linear, 'S' global softmax, 'G' bidirectional
             Gated DeltaNet, 'W' sliding-window attention), '/' between stages.
@@ -138,13 +142,11 @@ class SoLAVision(BaseBackbone):
                  layer_scale_init_value=None, out_indices=(0, 1, 2, 3),
                  norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
                  with_cp=False, init_cfg=None, window_size=7, layer_cfg=None):
-        if isinstance(arch, str):
-            if arch.lower() not in self.arch_settings:
-                raise KeyError(f'unknown {type(self).__name__} arch {arch!r}; '
-                               f'choose from {sorted(self.arch_settings)} or '
-                               f'pass a dict')
-            arch = self.arch_settings[arch.lower()]
-        arch = dict(arch)
+        owner = type(self).__name__
+        required = ('embed_dims', 'schedule')
+        arch = require_keys(resolve_arch(arch, self.arch_settings, owner, required),
+                            required, owner)
+        check_rates(owner, drop_rate=drop_rate, drop_path_rate=drop_path_rate)
         embed_dims = tuple(arch['embed_dims'])
         stages = parse_schedule(schedule or arch['schedule'], len(embed_dims))
         routes = [tuple(map(tuple, r)) for r in
@@ -160,10 +162,7 @@ class SoLAVision(BaseBackbone):
         if bad:
             raise ValueError(f'layer_cfg has unknown layer letters {sorted(bad)}; '
                              f'use {sorted(LAYER_TYPES)}')
-        for i in out_indices:
-            if not 0 <= i < len(stages):
-                raise ValueError(f'out_indices {out_indices} outside 0..'
-                                 f'{len(stages) - 1}')
+        out_indices = check_out_indices(owner, out_indices, len(stages))
         super().__init__(len(stages), frozen_stages, norm_eval, with_cp,
                          init_cfg)
         self.embed_dims = embed_dims
@@ -245,9 +244,7 @@ class SoLAVision(BaseBackbone):
             layer.init_decay(i / max(len(wkv_layers) - 1, 1))
 
     def forward(self, x):
-        if x.dim() != 4:
-            raise ValueError(f'expected a (B, C, H, W) image batch, got shape '
-                             f'{tuple(x.shape)}')
+        self.check_input(x)
         x, hw = self.patch_embed(x)
         x = x + resize_pos_embed(self.pos_embed, self.pos_grid, hw)
         x = self.drop_after_pos(x)

@@ -18,10 +18,10 @@ class SwinELFATT(HierarchicalAttentionBackbone):
     """Swin with ELFATT / LOCAL / GLOBAL / EFFATT attention per stage.
 
     Args:
-        arch (str | dict): ``'t'`` (96, [2, 2, 6, 2], [3, 6, 12, 24]), ``'b'``
-            (128, [2, 2, 18, 2], [4, 8, 16, 32]) or a dict with ``embed_dims``,
-            ``depths``, ``num_heads``; explicit ``embed_dims`` / ``depths`` /
-            ``num_heads`` arguments override it.
+        arch (str | dict): ``'t'``/``'tiny'`` (96, [2, 2, 6, 2], [3, 6, 12, 24]),
+            ``'b'``/``'base'`` (128, [2, 2, 18, 2], [4, 8, 16, 32]) or a dict
+            with ``embed_dims``, ``depths``, ``num_heads``; explicit
+            ``embed_dims`` / ``depths`` / ``num_heads`` arguments override it.
         attn (str | list): attention plan (default ``'elfatt'``).
         patch_size (int): stem patch size; ``strides[0]`` must equal it.
         window_size (int): Swin window of the ``'local'`` blocks.

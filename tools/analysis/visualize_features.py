@@ -1,0 +1,189 @@
+"""Save PNGs of a backbone's stage feature maps and effective receptive fields.
+
+    python tools/analysis/visualize_features.py CONFIG [--checkpoint CKPT]
+    python tools/analysis/visualize_features.py --backbone SoLAVision --arch t
+    python tools/analysis/visualize_features.py --backbone mmseg.ResNet \
+        --options depth=50 out_indices=0,1,2,3
+
+The backbone is ``model.backbone`` of an mmseg/mmdet/mmpretrain CONFIG, or a
+registered name (``mmhybrid`` models by their plain name, others as
+``scope.Name``). Images are ``--image`` paths, or ``--num-images`` generated
+scenes (the toy-data painter), resized to ``--size``.
+
+Writes to ``--out``:
+
+* ``features.png``: per image, the input and, for every output of the backbone,
+  the L2 norm over channels of its feature map (normalised per panel);
+* ``erf.png`` / ``erf.npy``: the effective receptive field of every output, as
+  RepLKNet measures it (and VMamba, SoLA-Vision... plot it): the gradient of
+  ``sum_c relu(y_c)`` at the centre position of the output map with respect to
+  the input image, positive part summed over the colour channels and averaged
+  over the images; the PNG shows ``log10(1 + erf)`` scaled to [0, 1] per panel.
+"""
+import argparse
+import os
+import os.path as osp
+
+import cv2
+import matplotlib
+import numpy as np
+import torch
+from mmengine.config import DictAction
+
+import mmhybrid  # noqa: F401  registers our models
+from mmhybrid.models.backbones import BaseBackbone
+from mmhybrid.models.utils import load_pretrained
+from mmhybrid.registry import MODELS
+from mmhybrid.utils import load_config
+from mmhybrid.utils.toy_data import draw_scene
+
+IMAGENET_MEAN = (123.675, 116.28, 103.53)
+IMAGENET_STD = (58.395, 57.12, 57.375)
+
+
+def build_backbone(config=None, backbone=None, arch=None, options=None,
+                   checkpoint=None):
+    """(backbone in eval mode, mean, std): from a config's ``model.backbone`` or
+    a registered name; ``options`` update its arguments."""
+    mean, std = IMAGENET_MEAN, IMAGENET_STD
+    if config is not None:
+        cfg = load_config(config)
+        model_cfg = dict(cfg.model.backbone)
+        preprocessor = cfg.model.get('data_preprocessor') or {}
+        mean, std = preprocessor.get('mean', mean), preprocessor.get('std', std)
+        model_cfg.setdefault('_scope_', cfg.get('default_scope'))
+    else:
+        model_cfg = dict(type=backbone)
+        if arch is not None:
+            model_cfg['arch'] = arch
+    model_cfg.update(options or {})
+    model_cfg.pop('init_cfg', None)
+    model_cfg.pop('pretrained', None)
+    model = MODELS.build(model_cfg)
+    if checkpoint is not None:
+        if isinstance(model, BaseBackbone):
+            load_pretrained(model, checkpoint, converter=model.convert_checkpoint)
+        else:
+            from mmengine.runner import load_checkpoint
+            load_checkpoint(model, checkpoint, map_location='cpu',
+                            revise_keys=[(r'^backbone\.', '')])
+    model.eval()
+    return model, tuple(mean), tuple(std)
+
+
+def load_images(paths=(), num=4, size=(224, 224), seed=0):
+    """RGB uint8 images of ``size`` (h, w): ``paths`` or ``num`` painted scenes."""
+    images = []
+    for path in paths:
+        image = cv2.imread(path)
+        if image is None:
+            raise FileNotFoundError(f'cannot read image {path}')
+        images.append(image)
+    rng = np.random.default_rng(seed)
+    while not paths and len(images) < num:
+        images.append(draw_scene(*size, rng)[0])
+    return [cv2.resize(img, size[::-1], interpolation=cv2.INTER_LINEAR)[..., ::-1]
+            for img in images]
+
+
+def to_batch(images, mean, std):
+    x = torch.from_numpy(np.stack(images).astype(np.float32)).permute(0, 3, 1, 2)
+    return (x - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(
+        1, 3, 1, 1)
+
+
+def run(model, batch):
+    """The backbone's outputs as a tuple of (B, C, h, w) maps."""
+    outputs = model(batch)
+    return (outputs, ) if isinstance(outputs, torch.Tensor) else tuple(outputs)
+
+
+def effective_receptive_fields(model, batch):
+    """(H, W) ERF of every output of ``model``, averaged over the batch."""
+    x = batch.clone().requires_grad_(True)
+    outputs = run(model, x)
+    erfs = []
+    for i, out in enumerate(outputs):
+        centre = out[:, :, out.shape[2] // 2, out.shape[3] // 2].relu().sum()
+        grad, = torch.autograd.grad(centre, x, retain_graph=i < len(outputs) - 1)
+        erfs.append((grad.relu().sum(1).mean(0)).numpy())
+    return erfs
+
+
+def _normalised(a):
+    a = a - a.min()
+    return a / a.max() if a.max() > 0 else a
+
+
+def _pyplot():
+    matplotlib.use('Agg')  # files only, no display
+    from matplotlib import pyplot
+    return pyplot
+
+
+def save_feature_maps(images, outputs, path):
+    plt = _pyplot()
+    rows, cols = len(images), len(outputs) + 1
+    fig, axes = plt.subplots(rows, cols, figsize=(2.2 * cols, 2.2 * rows),
+                             squeeze=False)
+    for r, image in enumerate(images):
+        axes[r, 0].imshow(image)
+        axes[r, 0].set_title('input' if r == 0 else '', fontsize=8)
+        for c, out in enumerate(outputs, 1):
+            axes[r, c].imshow(_normalised(out[r].norm(dim=0).numpy()), cmap='viridis')
+            if r == 0:
+                axes[r, c].set_title(f'out {c - 1}: {tuple(out.shape[1:])}', fontsize=8)
+    for ax in axes.flat:
+        ax.axis('off')
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def save_erfs(erfs, path):
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(erfs), figsize=(3 * len(erfs), 3), squeeze=False)
+    for i, (ax, erf) in enumerate(zip(axes[0], erfs)):
+        ax.imshow(_normalised(np.log10(1 + erf)), cmap='RdYlGn', vmin=0, vmax=1)
+        ax.set_title(f'ERF of output {i}', fontsize=9)
+        ax.axis('off')
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('config', nargs='?', help='mmseg/mmdet/mmpretrain config')
+    parser.add_argument('--backbone', help='registered backbone instead of a config')
+    parser.add_argument('--arch', help='arch of --backbone')
+    parser.add_argument('--options', nargs='+', action=DictAction, default={},
+                        help='backbone arguments, e.g. out_indices=0,1,2,3')
+    parser.add_argument('--checkpoint', help='backbone or full model checkpoint')
+    parser.add_argument('--image', nargs='+', default=[], help='image files')
+    parser.add_argument('--num-images', type=int, default=4,
+                        help='generated images when no --image is given')
+    parser.add_argument('--size', type=int, nargs='+', default=[224],
+                        help='input size H [W]')
+    parser.add_argument('--out', default='work_dirs/visualize_features')
+    args = parser.parse_args(argv)
+    if (args.config is None) == (args.backbone is None):
+        parser.error('give a CONFIG or --backbone NAME')
+    size = tuple((args.size * 2)[:2])
+    model, mean, std = build_backbone(args.config, args.backbone, args.arch,
+                                      args.options, args.checkpoint)
+    images = load_images(args.image, args.num_images, size)
+    batch = to_batch(images, mean, std)
+    with torch.no_grad():
+        outputs = run(model, batch)
+    erfs = effective_receptive_fields(model, batch)
+    os.makedirs(args.out, exist_ok=True)
+    save_feature_maps(images[:4], outputs, osp.join(args.out, 'features.png'))
+    save_erfs(erfs, osp.join(args.out, 'erf.png'))
+    np.save(osp.join(args.out, 'erf.npy'), np.stack(erfs))
+    print(f'saved features.png, erf.png and erf.npy to {args.out}')
+    return erfs
+
+
+if __name__ == '__main__':
+    main()
