@@ -46,12 +46,6 @@ BLOCK_N = 256  # tiles per step of the carry scan
 
 
 @triton.jit
-def _position_factor(rows, mask, centre, w):
-    """e^{(t - c) w} at valid tokens (1 elsewhere): within e^{+-T |w| / 2}."""
-    return tl.exp(tl.where(mask, (rows.to(tl.float32) - centre) * w, 0.0))
-
-
-@triton.jit
 def _sources(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, offs, mask, key_max,
              BACKWARD: tl.constexpr):
     """Source terms (numerator, denominator) and e^{k - R} (1 in the backward pass).
@@ -90,7 +84,7 @@ def _tile_sums_kernel(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, w_ptr, sums_ptr, T, C
         key_max = tl.where(cols < C, key_max, 0.0)
     num, den = _sources(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, offs, mask, key_max,
                         BACKWARD)
-    pos = _position_factor(rows, mask, centre, w)
+    pos = tl.exp(tl.where(mask, (rows.to(tl.float32) - centre) * w, 0.0))
     col = cb * BLOCK_C + tl.arange(0, BLOCK_C)
     out = sums_ptr + (b * NT + tile) * 5 * C + col
     cmask = col < C
@@ -168,7 +162,7 @@ def _exclusive_sums(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, carry_ptr, key_max, w, 
     mask = (src >= first) & (src < T) & cmask
     num, den = _sources(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, b * T * C + src * C + cols,
                         mask, key_max, BACKWARD)
-    pos = _position_factor(src, mask, centre, w)
+    pos = tl.exp(tl.where(mask, (src.to(tl.float32) - centre) * w, 0.0))
     lnum = tl.load(carry, mask=cmask, other=0.0) + tl.cumsum(num * pos, axis=0)
     lden = tl.load(carry + C, mask=cmask, other=0.0) + tl.cumsum(den * pos, axis=0)
     # right: the token after, reverse prefix sum
@@ -176,7 +170,7 @@ def _exclusive_sums(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, carry_ptr, key_max, w, 
     mask = (src < first + BLOCK_T) & (src < T) & cmask
     num, den = _sources(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, b * T * C + src * C + cols,
                         mask, key_max, BACKWARD)
-    pos = _position_factor(src, mask, centre, w)
+    pos = tl.exp(tl.where(mask, (src.to(tl.float32) - centre) * w, 0.0))
     rnum = (tl.load(carry + 2 * C, mask=cmask, other=0.0) +
             tl.cumsum(num / pos, axis=0, reverse=True))
     rden = (tl.load(carry + 3 * C, mask=cmask, other=0.0) +
@@ -201,7 +195,7 @@ def _forward_kernel(k_ptr, v_ptr, w_ptr, u_ptr, carry_ptr, key_max_ptr, out_ptr,
                                              centre, False, BLOCK_T)
     own_num, own_den = _sources(k_ptr, v_ptr, k_ptr, k_ptr, k_ptr, offs, mask, key_max,
                                 False)
-    pos, ew = _position_factor(rows, mask, centre, w), tl.exp(w)
+    pos, ew = tl.exp(tl.where(mask, (rows.to(tl.float32) - centre) * w, 0.0)), tl.exp(w)
     to_left, to_right = ew / pos, ew * pos  # e^{-(t-1-c) w}, e^{(t+1-c) w}
     bonus = tl.exp(u)
     num = to_left * lnum + to_right * rnum + bonus * own_num
@@ -234,7 +228,7 @@ def _backward_kernel(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, w_ptr, u_ptr, carry_pt
     gd, gyd = _sources(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, offs, mask, key_max, True)
     v = tl.load(v_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    pos, ew = _position_factor(rows, mask, centre, w), tl.exp(w)
+    pos, ew = tl.exp(tl.where(mask, (rows.to(tl.float32) - centre) * w, 0.0)), tl.exp(w)
     to_left, to_right = ew / pos, ew * pos  # e^{-(t-1-c) w}, e^{(t+1-c) w}
     bonus = tl.exp(u)
     # P_t = sum_i K(t, i) (g_i, g_i y_i) / den_i; dv = e^{k-R} P0, dk = e^{k-R} (v P0 - P1)
