@@ -188,3 +188,28 @@ def test_bad_shapes_raise():
         bi_wkv(w, u, k, v[:, :3])
     with pytest.raises(KeyError, match='backend'):
         bi_wkv(w, u, k, v, backend='nope')
+
+
+def reference_token_shift(x, hw_shape, shift):
+    """Q-Shift by padding the (B, C, H, W) map, one group per direction."""
+    B, N, C = x.shape
+    H, W = hw_shape
+    x = x.transpose(1, 2).reshape(B, C, H, W)
+    g, s = C // 4, shift
+    pad = torch.nn.functional.pad
+    groups = (pad(x[:, :g], (s, 0, 0, 0))[..., :, :W],
+              pad(x[:, g:2 * g], (0, s, 0, 0))[..., :, s:s + W],
+              pad(x[:, 2 * g:3 * g], (0, 0, s, 0))[..., :H, :],
+              pad(x[:, 3 * g:], (0, 0, 0, s))[..., s:s + H, :])
+    return torch.cat(groups, dim=1).flatten(2).transpose(1, 2)
+
+
+@pytest.mark.parametrize('hw,C,shift', [((5, 7), 10, 1), ((4, 4), 8, 2),
+                                        ((3, 6), 3, 1), ((2, 3), 9, 4)])
+def test_quad_token_shift_matches_padding_reference(hw, C, shift):
+    from mmhybrid.ops import quad_token_shift
+    x = torch.randn(2, hw[0] * hw[1], C, dtype=torch.float64, requires_grad=True)
+    out = quad_token_shift(x, hw, shift)
+    assert out.is_contiguous()
+    torch.testing.assert_close(out, reference_token_shift(x, hw, shift), rtol=0, atol=0)
+    assert torch.autograd.gradcheck(lambda t: quad_token_shift(t, hw, shift), (x, ))
