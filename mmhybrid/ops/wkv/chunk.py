@@ -2,7 +2,7 @@
 
 Eq. 9 applies one symmetric Toeplitz kernel per channel, K(t, i) = e^{-(|t-i|-1) w}
 for i != t and K(t, t) = e^{u}, to e^{k} v (numerator) and e^{k} (denominator). The
-sequence is laid out channel-first and cut into chunks of L (<= 64) tokens:
+sequence is laid out channel-first and cut into chunks of L (<= 32) tokens:
 
 * inside a chunk the kernel is an L x L matrix per channel, so one batched matmul
   gives every token its numerator and denominator from its own chunk (left, right and
@@ -37,17 +37,17 @@ BONUS_RANGE = (-20.0, 30.0)  # fast path: min u, max u
 WIDE_DECAY_SPAN = 200.0  # wide-range path (float64): L * max|w| per chunk
 
 
-def _chunk_length(T, max_length=CHUNK):
-    """A chunk length dividing T where one is close to ``max_length``, else ``max_length``."""
-    if T <= 2 * max_length:
+def _chunk_length(T, rows):
+    """Chunk length L: the in-chunk matmul costs O(L) per token and its C x L x L kernel
+    is shared by the ``rows`` = B sequences, so short inputs use short chunks. A
+    divisor of T close to the target avoids padding where one exists."""
+    target = CHUNK if rows * T >= 4096 else CHUNK // 2 if rows * T >= 512 else CHUNK // 4
+    if T <= target:
         return T
-    for L in range(max_length, max_length // 2 - 1, -1):
+    for L in range(target, target // 2 - 1, -1):
         if T % L == 0:
             return L
-    for L in range(max_length + 1, 2 * max_length + 1):
-        if T % L == 0:
-            return L
-    return max_length
+    return target
 
 
 def _kernel_exponents(w, u, L):
@@ -154,7 +154,7 @@ class _ChunkBiWKV(torch.autograd.Function):
         B, T, C = k.shape
         dtype = torch.promote_types(torch.promote_types(k.dtype, v.dtype),
                                     torch.float32)
-        L = _chunk_length(T)
+        L = _chunk_length(T, B)
         n = math.ceil(T / L)
         wf, uf = w.detach().to(dtype), u.detach().to(dtype)
         K_aug = _chunk_operators(wf, uf, L)
