@@ -104,10 +104,13 @@ def _apply_kernel(x, K_aug, w, L):
     out = torch.matmul(x.view(B, C, n, L), K_aug)
     if n > 1:
         carries = _carries(out[..., L:L + 2].transpose(-1, -2).contiguous(), w, L)
-        # the left carry enters decaying as e^{-l w}, the right one as e^{-(L-1-l) w}
-        inner = out[..., :L]
-        inner.addcmul_(carries[..., 0, :, None], K_aug[:, None, :, L + 1])
-        inner.addcmul_(carries[..., 1, :, None], K_aug[:, None, :, L])
+        # the left carry enters decaying as e^{-l w}, the right one as e^{-(L-1-l) w};
+        # a rank-2 matmul per channel, added in slices of channels (small temporaries)
+        expand = K_aug[..., L:L + 2].flip(-1).transpose(-1, -2)  # (C, 2, L)
+        step = -(-C // 4)
+        for c in range(0, C, step):
+            out[:, c:c + step, :, :L] += torch.matmul(
+                carries[:, c:c + step].transpose(-1, -2), expand[c:c + step])
     return out
 
 
