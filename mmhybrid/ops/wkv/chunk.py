@@ -4,26 +4,26 @@ Eq. 9 applies one symmetric Toeplitz kernel per channel, K(t, i) = e^{-(|t-i|-1)
 for i != t and K(t, t) = e^{u}, to e^{k} v (numerator) and e^{k} (denominator). The
 sequence is laid out channel-first and cut into chunks of L (<= 32) tokens:
 
-* inside a chunk the kernel is an L x L matrix per channel, so one batched matmul
-  gives every token its numerator and denominator from its own chunk (left, right and
-  itself);
-* each chunk is summarised by two states, its terms weighted towards its right end and
-  towards its left end (one thin matmul); prefix sums over the chunks turn them into
-  what enters every chunk from the left and from the right, added back by a rank-2
-  matmul.
+* inside a chunk the kernel is an L x L matrix per channel; with the chunk's two state
+  weights (towards its right end, towards its left end) appended as columns, one
+  batched matmul gives every token its numerator and denominator from its own chunk
+  (left, right and itself) and every chunk its states;
+* prefix sums over the chunks turn the states into what enters every chunk from the
+  left and from the right, added back by a rank-2 matmul.
 
 The backward pass is the same operator once more: K is symmetric, so the gradient with
 respect to (e^{k} v, e^{k}) is the kernel applied to (dL/dnum, dL/dden). The gradients
-of w and u follow from the L x L matrix's gradient and from the chunk states (a few
-small tensors). Only (e^{k} v, e^{k}), (y, den) and the chunk states are kept for it.
+of w and u follow from the L x L matrix's gradient and from the chunk states (small
+tensors). Kept for it: e^{k} v, e^{k}, den, the chunk states and the output.
 
 Stability. Keys are shifted by their maximum over the sequence, so e^{k} <= 1. When
 every decay factor of the sequence lies within e^{+-30} (T max|w| <= 30, always the
 case for the layer, which divides its decay by T) and -20 <= u <= 30, every
-denominator is >= e^{-40} times that of the largest key and no sum exceeds e^{60} T:
-the fast path runs in fp32 (fp16/bf16 inputs are accumulated in fp32). Otherwise a
-wide-range path computes in float64 with a key maximum per chunk, chunks short enough
-that L |w| <= 200, log-scaled chunk states combined by a log-step scan, and the bonus
+denominator is >= e^{-30} times the largest key's term (e^{u} >= e^{-20} at that key
+itself), terms that underflow are negligible and no sum exceeds e^{60} T: the fast
+path runs in fp32 (fp16/bf16 inputs are accumulated in fp32). Otherwise a wide-range
+path computes in float64 with a key maximum per chunk, chunks short enough that
+L |w| <= 200, log-scaled chunk states combined by a log-step scan, and the bonus
 factored out of the kernel; it is exact for any w, any u and |k| up to ~300, at a few
 times the cost (autograd through float64 ops).
 """
@@ -51,7 +51,8 @@ def _chunk_length(T, rows):
 
 
 def _kernel_exponents(w, u, L):
-    """(C, L, L) log of Eq. 9's kernel in one chunk: -(|t-i|-1) w off the diagonal, u on it."""
+    """(C, L, L) log of Eq. 9's kernel in a chunk: -(|t-i|-1) w off the diagonal, u on
+    it."""
     pos = torch.arange(L, device=w.device)
     dist = (pos[:, None] - pos[None, :]).abs().to(w.dtype)
     return torch.where(dist == 0, u[:, None, None], -(dist - 1) * w[:, None, None])

@@ -48,9 +48,10 @@ BLOCK_N = 256  # tiles per step of the carry scan
 @triton.jit
 def _sources(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, offs, mask, key_max,
              BACKWARD: tl.constexpr):
-    """Source terms (numerator, denominator) and e^{k - R} (1 in the backward pass).
+    """Source terms (numerator, denominator) at ``offs``.
 
-    Forward: e^{k - R} (v, 1). Backward: (g, g y) / den, den relative to e^R.
+    Forward: e^{k - R} (v, 1), R = ``key_max``. Backward: (g, g y) / den, den relative
+    to e^R.
     """
     if BACKWARD:
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -231,7 +232,7 @@ def _backward_kernel(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, w_ptr, u_ptr, carry_pt
     pos, ew = tl.exp(tl.where(mask, (rows.to(tl.float32) - centre) * w, 0.0)), tl.exp(w)
     to_left, to_right = ew / pos, ew * pos  # e^{-(t-1-c) w}, e^{(t+1-c) w}
     bonus = tl.exp(u)
-    # P_t = sum_i K(t, i) (g_i, g_i y_i) / den_i; dv = e^{k-R} P0, dk = e^{k-R} (v P0 - P1)
+    # P_t = sum_i K(t, i) (g_i, g_i y_i) / den_i; dv = e^{k-R} P0, dk = e^{k-R}(v P0 - P1)
     p0 = to_left * b_ln + to_right * b_rn + bonus * gd
     p1 = to_left * b_ld + to_right * b_rd + bonus * gyd
     tl.store(dv_ptr + offs, (ek * p0).to(dv_ptr.dtype.element_ty), mask=mask)
@@ -261,8 +262,8 @@ def _carries(w, sources, T, backward):
                                                    BLOCK_C=bc)
     carry = torch.empty(B, NT, 4, C, device=k.device, dtype=torch.float32)
     key_max = torch.empty(B, C, device=k.device, dtype=torch.float32)
-    _carry_kernel[(triton.cdiv(C, bc), B)](sums, carry, key_max, C, NT,
-                                           BLOCK_N=min(BLOCK_N, triton.next_power_of_2(NT)),
+    block_n = min(BLOCK_N, triton.next_power_of_2(NT))
+    _carry_kernel[(triton.cdiv(C, bc), B)](sums, carry, key_max, C, NT, BLOCK_N=block_n,
                                            BLOCK_C=bc)
     return carry, key_max
 
