@@ -112,7 +112,10 @@ def test_hidden_state_bridge_on_off():
     assert count(on) - count(off) == bridge_params > 0
     off.load_state_dict(on.state_dict(), strict=False)
     assert not torch.allclose(on(x)[3], off(x)[3])
-    on(x)[3].sum().backward()
+    # not .sum(): the sum over channels of the final LayerNorm's output does not depend
+    # on its input (unit gamma), so its gradient is rounding noise
+    out = on(x)[3]
+    (out * torch.randn_like(out)).sum().backward()
     for bridge in on.bridges.values():
         assert bridge.proj.weight.grad.abs().sum() > 0
         assert bridge.gate.weight.grad.abs().sum() > 0

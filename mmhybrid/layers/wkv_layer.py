@@ -1,7 +1,6 @@
 """The WKV linear-attention layer of SoLA-Vision (Sec. 4.4, Fig. 4c)."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.drop import DropPath
 
@@ -71,7 +70,9 @@ class ChannelMix(nn.Module):
 
     def forward(self, x, hw_shape):
         xk, xr = self.shift_mix(x, hw_shape)
-        k = self.key_norm(F.relu(self.key(xk)).square())
+        # ReLU in place: the projection's output is not kept by its backward
+        k = torch.relu_(self.key(xk))
+        k = self.key_norm(k * k)
         return torch.sigmoid(self.receptance(xr)) * self.value(k)
 
 

@@ -1,13 +1,14 @@
 """Quad-directional token shift (Vision-RWKV's Q-Shift)."""
 import torch
-import torch.nn.functional as F
 
 
 def quad_token_shift(x, hw_shape, shift=1):
     """Shift four channel groups of a token map by ``shift`` pixels, one per direction.
 
-    Group 0 moves right, 1 left, 2 down, 3 up; vacated positions are zero. Every
-    token then sees its 4-neighbourhood before the key/value/receptance projections.
+    Group 0 moves right, 1 left, 2 down, 3 up (the last group takes the remainder
+    channels); vacated positions are zero. Every token then sees its 4-neighbourhood
+    before the key/value/receptance projections. Works on the channels-last map
+    directly (four slice copies, no transposes), so the result is contiguous.
 
     Args:
         x: (B, N, C) tokens of an ``hw_shape`` = (H, W) map, N = H * W.
@@ -16,14 +17,18 @@ def quad_token_shift(x, hw_shape, shift=1):
     """
     B, N, C = x.shape
     H, W = hw_shape
-    x = x.transpose(1, 2).reshape(B, C, H, W)
-    g = C // 4
-    s = shift
-    groups = (
-        F.pad(x[:, :g], (s, 0, 0, 0))[..., :, :W],            # right
-        F.pad(x[:, g:2 * g], (0, s, 0, 0))[..., :, s:],       # left
-        F.pad(x[:, 2 * g:3 * g], (0, 0, s, 0))[..., :H, :],   # down
-        F.pad(x[:, 3 * g:], (0, 0, 0, s))[..., s:, :],        # up
-    )
-    out = torch.cat(groups, dim=1)
-    return out.flatten(2).transpose(1, 2)
+    x = x.reshape(B, H, W, C)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    g, s = C // 4, shift
+    ws, hs = max(W - s, 0), max(H - s, 0)
+    right, left, down, up = (slice(0, g), slice(g, 2 * g), slice(2 * g, 3 * g),
+                             slice(3 * g, C))
+    out[:, :, s:, right] = x[:, :, :ws, right]
+    out[:, :, :s, right] = 0
+    out[:, :, :ws, left] = x[:, :, s:, left]
+    out[:, :, ws:, left] = 0
+    out[:, s:, :, down] = x[:, :hs, :, down]
+    out[:, :s, :, down] = 0
+    out[:, :hs, :, up] = x[:, s:, :, up]
+    out[:, hs:, :, up] = 0
+    return out.view(B, N, C)

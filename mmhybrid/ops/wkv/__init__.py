@@ -1,14 +1,20 @@
 """Bidirectional WKV (SoLA-Vision Eq. 9 / Vision-RWKV).
 
-``bi_wkv`` dispatches to a backend by name; ``naive`` is the O(T^2) reference and
-``chunk`` the O(T C) pure-PyTorch path used on every device. A GPU kernel registers
-itself with :func:`register_wkv_backend` and becomes the default on CUDA tensors.
+``bi_wkv`` dispatches to a backend by name: ``naive`` is the O(T^2) reference,
+``chunk`` (alias ``torch``) the O(T C) pure-PyTorch path for every device, ``triton``
+the fused kernels (registered when triton imports; the default for CUDA tensors).
+``MMHYBRID_WKV_BACKEND=torch|triton|<name>`` forces one for every call; an explicit
+``backend=`` argument wins over both. Other kernels register with
+:func:`register_wkv_backend`.
 """
+import os
+
 from .chunk import chunk_bi_wkv
 from .naive import naive_bi_wkv
 
-_BACKENDS = {'naive': naive_bi_wkv, 'chunk': chunk_bi_wkv}
+_BACKENDS = {'naive': naive_bi_wkv, 'chunk': chunk_bi_wkv, 'torch': chunk_bi_wkv}
 _DEFAULT = {'cpu': 'chunk', 'cuda': 'chunk'}
+ENV_VAR = 'MMHYBRID_WKV_BACKEND'
 
 
 def register_wkv_backend(name, fn, default_for=()):
@@ -16,6 +22,18 @@ def register_wkv_backend(name, fn, default_for=()):
     _BACKENDS[name] = fn
     for device_type in default_for:
         _DEFAULT[device_type] = name
+
+
+try:
+    from .fused import fused_bi_wkv
+except ImportError:  # no triton: the chunk path serves every device
+    fused_bi_wkv = None
+else:
+    register_wkv_backend('triton', fused_bi_wkv, default_for=('cuda', ))
+
+
+def available_wkv_backends():
+    return sorted(_BACKENDS)
 
 
 def bi_wkv(w, u, k, v, backend=None):
@@ -30,7 +48,9 @@ def bi_wkv(w, u, k, v, backend=None):
             passes ``decay / T``).
         u (Tensor): (C,) per-channel bonus for the token itself (``first / T``).
         k, v (Tensor): (B, T, C) keys and values.
-        backend (str, optional): ``'chunk'``, ``'naive'`` or a registered name.
+        backend (str, optional): ``'chunk'``/``'torch'``, ``'triton'``, ``'naive'`` or
+            a registered name; default: ``$MMHYBRID_WKV_BACKEND``, else the default of
+            the tensors' device type.
     Returns:
         Tensor: (B, T, C) in the dtype of ``v``.
     """
@@ -38,13 +58,19 @@ def bi_wkv(w, u, k, v, backend=None):
         raise ValueError(f'k and v must both be (B, T, C); got {tuple(k.shape)} '
                          f'and {tuple(v.shape)}')
     C = k.shape[-1]
-    if w.shape != (C,) or u.shape != (C,):
+    if w.shape != (C, ) or u.shape != (C, ):
         raise ValueError(f'w and u must be ({C},); got {tuple(w.shape)} and '
                          f'{tuple(u.shape)}')
-    name = backend or _DEFAULT.get(k.device.type, 'chunk')
+    name = (backend or os.environ.get(ENV_VAR)
+            or _DEFAULT.get(k.device.type, 'chunk'))
     if name not in _BACKENDS:
-        raise KeyError(f'unknown WKV backend {name!r}; have {sorted(_BACKENDS)}')
+        hint = (' (triton is not installed)' if name == 'triton' else '')
+        raise KeyError(f'unknown WKV backend {name!r}{hint}; have '
+                       f'{available_wkv_backends()}')
     return _BACKENDS[name](w, u, k, v)
 
 
-__all__ = ['bi_wkv', 'chunk_bi_wkv', 'naive_bi_wkv', 'register_wkv_backend']
+__all__ = [
+    'bi_wkv', 'chunk_bi_wkv', 'naive_bi_wkv', 'fused_bi_wkv', 'register_wkv_backend',
+    'available_wkv_backends'
+]

@@ -6,7 +6,7 @@ import torch
 
 
 def naive_bi_wkv(w, u, k, v):
-    r"""wkv_t = (sum_{i!=t} e^{-(|t-i|-1) w + k_i} v_i + e^{u + k_t} v_t) / (same without v).
+    r"""wkv_t = (sum_{i!=t} e^{-(|t-i|-1) w + k_i} v_i + e^{u + k_t} v_t) / (same, v = 1).
 
     Args:
         w, u: (C,) decay and bonus, already scaled (the layer divides by T).
