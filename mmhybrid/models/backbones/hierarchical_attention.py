@@ -43,7 +43,8 @@ class HierarchicalAttentionBackbone(BaseBackbone):
         global_ratio (float): ELFATT's ``c1 / c`` (Table 7).
         lepe (bool): LePE in global / ELFATT / EFFATT attentions (Table 5).
         stem (dict): kwargs of mmcv ``PatchEmbed`` (kernel_size, stride, padding).
-        out_indices (tuple[int]): stages whose (normed) maps are returned.
+        out_indices (int | sequence[int]): stages whose (normed) maps are
+            returned.
         use_abs_pos_embed (bool): learned absolute position embedding on the
             ``pretrain_img_size / stride`` grid, resized to the input.
         Others as in mmdet's ``SwinTransformer``.
@@ -58,7 +59,7 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                  use_abs_pos_embed=False, block_sizes=(49, 49, 196, 49),
                  global_ratio=0.5, lepe=True, act_cfg=dict(type='GELU'),
                  norm_cfg=dict(type='LN'), convert_weights=None, frozen_stages=-1,
-                 norm_eval=False, with_cp=False, init_cfg=None):
+                 norm_eval=False, with_cp=False, pretrained=None, init_cfg=None):
         arch = dict(self.arch_zoo[arch] if isinstance(arch, str) else arch)
         arch.update({k: v for k, v in dict(embed_dims=embed_dims, depths=depths,
                                            num_heads=num_heads).items()
@@ -66,11 +67,9 @@ class HierarchicalAttentionBackbone(BaseBackbone):
         depths, num_heads = list(arch['depths']), list(arch['num_heads'])
         if len(depths) != 4 or len(num_heads) != 4 or len(block_sizes) != 4:
             raise ValueError('depths, num_heads and block_sizes need 4 entries')
-        if not set(out_indices) <= {0, 1, 2, 3}:
-            raise ValueError(f'out_indices must be within 0..3, got {out_indices}')
-        super().__init__(4, frozen_stages, norm_eval, with_cp, init_cfg)
+        super().__init__(4, frozen_stages, norm_eval, with_cp, init_cfg,
+                         out_indices=out_indices, pretrained=pretrained)
         self.arch = arch
-        self.out_indices = tuple(out_indices)
         self.convert_weights = convert_weights
         self.plan = parse_attention_plan(attn, depths)
         dims = [arch['embed_dims'] * 2**i for i in range(4)]
@@ -133,6 +132,11 @@ class HierarchicalAttentionBackbone(BaseBackbone):
             parts.append(getattr(self, f'norm{index - 1}'))
         return parts
 
+    def unused_parts(self):
+        last = self.out_indices[-1]
+        downsample = self.stages[last].downsample
+        return [*self.stages[last + 1:]] + ([downsample] if downsample else [])
+
     def init_scratch(self):
         super().init_scratch()
         for m in self.modules():
@@ -152,6 +156,8 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                 out = getattr(self, f'norm{i}')(x)
                 outs.append(out.transpose(1, 2).reshape(x.shape[0], -1, *hw_shape)
                             .contiguous())
+            if i == self.out_indices[-1]:
+                break
             if stage.downsample is not None:
                 x, hw_shape = stage.downsample(x, hw_shape)
         return tuple(outs)

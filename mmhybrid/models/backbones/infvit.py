@@ -73,10 +73,12 @@ class InfViT(BaseBackbone):
         local_path (str, optional): ``'lepe'`` adds a depth-wise 3x3 conv of V
             to every InfSA layer (a local path for dense prediction).
         with_cls_token (bool): prepend a class token (dropped from the outputs).
-        out_indices (sequence[int]): layers whose LayerNorm-ed maps are returned
-            (negative indices count from the end).
+        out_indices (int | sequence[int]): layers whose LayerNorm-ed maps are
+            returned (negative indices count from the end); e.g. (2, 5, 8, 11)
+            of 12 layers for mmseg's ``MultiLevelNeck`` as its ViT configs do.
         frozen_stages (int): 0 freezes the patch/position embeddings, n > 0 also
-            the first n layers. norm_eval, with_cp, init_cfg: see BaseBackbone;
+            the first n layers. norm_eval, with_cp, pretrained, init_cfg: see
+            BaseBackbone;
             ``init_cfg=dict(type='Pretrained', checkpoint=...)`` also reads the
             public ``infsa`` ViT layout (see :meth:`convert_checkpoint`).
     """
@@ -87,7 +89,7 @@ class InfViT(BaseBackbone):
                  drop_rate=0., drop_path_rate=0.1, layer_scale_init_value=None,
                  out_indices=(-1, ), norm_cfg=dict(type='LN', eps=1e-6),
                  frozen_stages=-1, norm_eval=False, with_cp=False,
-                 init_cfg=None):
+                 pretrained=None, init_cfg=None):
         if isinstance(arch, str):
             if arch.lower() not in ARCH_SETTINGS:
                 raise KeyError(f'unknown InfViT arch {arch!r}; choose from '
@@ -100,13 +102,10 @@ class InfViT(BaseBackbone):
         heads = [heads] * depth if isinstance(heads, int) else list(heads)
         if len(heads) != depth:
             raise ValueError(f'num_heads {heads} must have {depth} entries')
-        out_indices = tuple(i + depth if i < 0 else i for i in out_indices)
-        if any(not 0 <= i < depth for i in out_indices):
-            raise ValueError(f'out_indices must be in [-{depth}, {depth - 1}]')
-        super().__init__(depth, frozen_stages, norm_eval, with_cp, init_cfg)
+        super().__init__(depth, frozen_stages, norm_eval, with_cp, init_cfg,
+                         out_indices=out_indices, pretrained=pretrained)
         self.embed_dims = dims
         self.attn_types = letters
-        self.out_indices = out_indices
         self.patch_size = patch_size
         self.num_extra_tokens = int(with_cls_token)
 
@@ -140,6 +139,9 @@ class InfViT(BaseBackbone):
         if index - 1 in self.out_indices:
             parts.append(getattr(self, f'norm{index - 1}'))
         return parts
+
+    def unused_parts(self):
+        return self.layers[self.out_indices[-1] + 1:]
 
     def init_scratch(self):
         super().init_scratch()
@@ -208,7 +210,7 @@ class InfViT(BaseBackbone):
                                  self.num_extra_tokens)
         x = self.drop_after_pos(x)
         outs = []
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layers[:self.out_indices[-1] + 1]):
             x = self.run_layer(layer, x, hw)
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x[:, self.num_extra_tokens:])

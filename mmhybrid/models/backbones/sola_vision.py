@@ -88,8 +88,10 @@ class SoLAVision(BaseBackbone):
         key_norm (bool): LayerNorm on the WKV output and channel-mix key.
         drop_path_rate (float): stochastic depth, linearly increasing per layer.
         layer_scale_init_value (float, optional): enables LayerScale.
-        out_indices (sequence[int]): stages whose (normed) maps are returned.
-        frozen_stages, norm_eval, with_cp, init_cfg: see :class:`BaseBackbone`.
+        out_indices (int | sequence[int]): stages whose (normed) maps are
+            returned.
+        frozen_stages, norm_eval, with_cp, pretrained, init_cfg: see
+            :class:`BaseBackbone`.
     """
 
     def __init__(self, arch='t', schedule=None, hsb_routes=None, with_hsb=True,
@@ -98,7 +100,7 @@ class SoLAVision(BaseBackbone):
                  key_norm=True, drop_rate=0., drop_path_rate=0.1,
                  layer_scale_init_value=None, out_indices=(0, 1, 2, 3),
                  norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
-                 with_cp=False, init_cfg=None):
+                 with_cp=False, pretrained=None, init_cfg=None):
         if isinstance(arch, str):
             if arch.lower() not in ARCH_SETTINGS:
                 raise KeyError(f'unknown SoLAVision arch {arch!r}; choose from '
@@ -114,16 +116,11 @@ class SoLAVision(BaseBackbone):
             check_routes(routes, stages)
         else:
             routes = []
-        for i in out_indices:
-            if not 0 <= i < len(stages):
-                raise ValueError(f'out_indices {out_indices} outside 0..'
-                                 f'{len(stages) - 1}')
         super().__init__(len(stages), frozen_stages, norm_eval, with_cp,
-                         init_cfg)
+                         init_cfg, out_indices=out_indices, pretrained=pretrained)
         self.embed_dims = embed_dims
         self.schedule = '/'.join(stages)
         self.hsb_routes = routes
-        self.out_indices = tuple(out_indices)
         self.patch_size = patch_size
 
         self.patch_embed = PatchEmbed(
@@ -184,6 +181,12 @@ class SoLAVision(BaseBackbone):
             parts.append(getattr(self, f'norm{index - 1}'))
         return parts
 
+    def unused_parts(self):
+        last = self.out_indices[-1]
+        return [*self.stages[last + 1:], *self.downsamples[last:],
+                *(b for k, b in self.bridges.items()
+                  if int(k.split('_')[0]) > last + 1)]
+
     def init_scratch(self):
         super().init_scratch()
         wkv_layers = [m for m in self.modules() if isinstance(m, WKVLayer)]
@@ -201,7 +204,7 @@ class SoLAVision(BaseBackbone):
         sources = set(self._bridge_sources.values())
         hidden = {}
         outs = []
-        for i, stage in enumerate(self.stages):
+        for i, stage in enumerate(self.stages[:self.out_indices[-1] + 1]):
             if i > 0:
                 x, hw = self.downsamples[i - 1](x, hw)
             for j, layer in enumerate(stage):

@@ -1,0 +1,64 @@
+"""Multi-process training on machines without CUDA (torchrun + gloo).
+
+mmengine 0.10.7 assumes GPUs once a launcher is given: ``init_dist`` calls
+``torch.cuda.set_device``, the Runner wraps the model in DDP with
+``device_ids=[LOCAL_RANK]``, FSDPStrategy passes ``device_id=LOCAL_RANK``, and
+OpenMMLab configs ask for NCCL and SyncBN. :func:`setup_cpu_distributed` (called
+by :func:`mmhybrid.utils.build_runner`) changes nothing where CUDA is available;
+without it, for ``--launcher pytorch``, it starts a gloo process group from
+torchrun's environment and picks CPU wrappers.
+"""
+import torch
+import torch.distributed as dist
+from mmengine.logging import print_log
+from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
+from mmengine.registry import MODEL_WRAPPERS
+
+
+@MODEL_WRAPPERS.register_module()
+class CPUDistributedDataParallel(MMDistributedDataParallel):
+    """``MMDistributedDataParallel`` of a CPU model.
+
+    No ``device_ids`` (the Runner passes ``[LOCAL_RANK]``, which DDP refuses for
+    CPU modules). SyncBN layers become BN with per-process statistics: torch's
+    SyncBatchNorm runs on GPUs only.
+    """
+
+    def __init__(self, module, device_ids=None, **kwargs):
+        super().__init__(module=revert_sync_batchnorm(module), device_ids=None,
+                         **kwargs)
+
+
+def setup_cpu_distributed(cfg):
+    """Make ``cfg`` (launcher set by ``load_config``) train on CPU processes."""
+    launcher = cfg.get('launcher', 'none')
+    if launcher == 'none' or torch.cuda.is_available():
+        return cfg
+    if launcher != 'pytorch':
+        raise RuntimeError(
+            f'--launcher {launcher} needs GPUs with mmengine 0.10.7; on a machine '
+            'without CUDA start the processes with torchrun (tools/dist_train.sh, '
+            '--launcher pytorch)')
+    env_cfg = cfg.setdefault('env_cfg', {})
+    dist_cfg = env_cfg.setdefault('dist_cfg', {})
+    if dist_cfg.get('backend', 'gloo') != 'gloo':
+        print_log(f'no CUDA: distributed backend gloo instead of '
+                  f'{dist_cfg["backend"]}', logger='current')
+    dist_cfg['backend'] = 'gloo'
+    if not dist.is_initialized():
+        dist.init_process_group(**dist_cfg)
+    strategy = cfg.get('strategy')
+    if strategy is not None:  # FlexibleRunner
+        if strategy.get('type') == 'FSDPStrategy':
+            wrapper = strategy.setdefault('model_wrapper', {})
+            wrapper['device_id'] = 'cpu'
+        return cfg
+    wrapper = cfg.get('model_wrapper_cfg')
+    if wrapper is None:
+        cfg.model_wrapper_cfg = dict(
+            type='CPUDistributedDataParallel', broadcast_buffers=False,
+            find_unused_parameters=cfg.get('find_unused_parameters', False))
+    elif wrapper.get('type', 'MMDistributedDataParallel') == \
+            'MMDistributedDataParallel':
+        wrapper['type'] = 'CPUDistributedDataParallel'
+    return cfg
