@@ -11,7 +11,7 @@ from mmhybrid.models.backbones.base_backbone import parse_out_indices
 from mmhybrid.utils import swap_backbone
 
 from _tiny_backbones import NAMES, build_tiny, tiny_backbone
-from test_upstream_configs import build, upstream_config
+from test_upstream_configs import build, narrow, upstream_config
 
 def test_parse_out_indices_forms_and_errors():
     assert parse_out_indices(2, 4) == (2, )
@@ -96,6 +96,7 @@ def test_init_cfg_list_applies_pretrained_last(name, tmp_path):
 
 def _seg_model(name, **model_kw):
     cfg = upstream_config('mmseg', 'upernet/upernet_r50_4xb4-80k_ade20k-512x512.py')
+    narrow(cfg.model)
     swap_backbone(cfg, tiny_backbone(name))
     cfg.model.update(model_kw)
     return cfg.model
