@@ -27,50 +27,10 @@ import mmhybrid  # noqa: F401
 from mmhybrid.utils import build_runner, load_config
 from mmhybrid.utils.atomic_checkpoint import find_latest_checkpoint, is_intact
 
-from _tiny_backbones import TINY_BACKBONES
+from _tiny_toy_config import write_tiny_toy_config
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / 'configs/sola/demo/upernet_sola-t_toy-ade.py'
 ITERS = 6
-SOLA = TINY_BACKBONES['SoLAVision']
-
-CONFIG = f'''
-_base_ = [{str(DEMO)!r}]
-crop_size = (64, 64)
-model = dict(
-    data_preprocessor=dict(size=crop_size),
-    backbone=dict(arch=dict(_delete_=True, **{SOLA['arch']!r}),
-                  head_dim={SOLA['head_dim']}),
-    decode_head=dict(in_channels=[16, 16, 32, 32], channels=32,
-                     dropout_ratio=0.),
-    auxiliary_head=dict(in_channels=32, channels=16, dropout_ratio=0.))
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations', reduce_zero_label=True),
-    dict(type='RandomResize', scale=(256, 64), ratio_range=(0.75, 1.5),
-         keep_ratio=True),
-    dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75),
-    dict(type='RandomFlip', prob=0.5),
-    dict(type='PhotoMetricDistortion'),
-    dict(type='PackSegInputs'),
-]
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=(256, 64), keep_ratio=True),
-    dict(type='LoadAnnotations', reduce_zero_label=True),
-    dict(type='PackSegInputs'),
-]
-train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
-                        dataset=dict(pipeline=train_pipeline))
-val_dataloader = dict(num_workers=0, persistent_workers=False,
-                      dataset=dict(pipeline=test_pipeline))
-test_dataloader = val_dataloader
-param_scheduler = [dict(type='PolyLR', eta_min=0., power=1.0, begin=0,
-                        end={ITERS}, by_epoch=False)]
-train_cfg = dict(max_iters={ITERS}, val_interval={ITERS})
-default_hooks = dict(logger=dict(interval=1),
-                     checkpoint=dict(interval=2, max_keep_ckpts=1))
-'''
 
 # runs tools/train.py with fsync of the temporary file of one checkpoint
 # stalled, as on a slow disk, so that the test can kill it mid-save
@@ -92,9 +52,8 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 
 @pytest.fixture(scope='module')
 def config(tmp_path_factory):
-    path = tmp_path_factory.mktemp('cfg') / 'tiny_toy_ade.py'
-    path.write_text(CONFIG)
-    return path
+    return write_tiny_toy_config(tmp_path_factory.mktemp('cfg'), ITERS,
+                                 checkpoint_interval=2)
 
 
 def _env():

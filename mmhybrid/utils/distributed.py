@@ -6,12 +6,14 @@ mmengine 0.10.7 assumes GPUs once a launcher is given: ``init_dist`` calls
 OpenMMLab configs ask for NCCL and SyncBN. :func:`setup_cpu_distributed` (called
 by :func:`mmhybrid.utils.build_runner`) changes nothing where CUDA is available;
 without it, for ``--launcher pytorch``, it starts a gloo process group from
-torchrun's environment and picks CPU wrappers.
+torchrun's environment and picks the CPU wrappers below (DDP for the Runner,
+FSDP for FlexibleRunner's ``FSDPStrategy``).
 """
 import torch
 import torch.distributed as dist
 from mmengine.logging import print_log
-from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
+from mmengine.model import (MMDistributedDataParallel,
+                            MMFullyShardedDataParallel, revert_sync_batchnorm)
 from mmengine.registry import MODEL_WRAPPERS
 
 
@@ -29,6 +31,19 @@ class CPUDistributedDataParallel(MMDistributedDataParallel):
                          **kwargs)
 
 
+@MODEL_WRAPPERS.register_module()
+class CPUFullyShardedDataParallel(MMFullyShardedDataParallel):
+    """``MMFullyShardedDataParallel`` (FSDPStrategy) of a CPU model.
+
+    ``device_id='cpu'`` (FSDPStrategy passes ``LOCAL_RANK``, a CUDA index), SyncBN
+    layers become BN as in :class:`CPUDistributedDataParallel`.
+    """
+
+    def __init__(self, module, device_id=None, **kwargs):
+        super().__init__(module=revert_sync_batchnorm(module), device_id='cpu',
+                         **kwargs)
+
+
 def setup_cpu_distributed(cfg):
     """Make ``cfg`` (launcher set by ``load_config``) train on CPU processes."""
     launcher = cfg.get('launcher', 'none')
@@ -39,26 +54,35 @@ def setup_cpu_distributed(cfg):
             f'--launcher {launcher} needs GPUs with mmengine 0.10.7; on a machine '
             'without CUDA start the processes with torchrun (tools/dist_train.sh, '
             '--launcher pytorch)')
-    env_cfg = cfg.setdefault('env_cfg', {})
-    dist_cfg = env_cfg.setdefault('dist_cfg', {})
+    # ConfigDict.setdefault stores a converted copy: read back what it stored
+    cfg.setdefault('env_cfg', {})
+    cfg.env_cfg.setdefault('dist_cfg', {})
+    dist_cfg = cfg.env_cfg.dist_cfg
     if dist_cfg.get('backend', 'gloo') != 'gloo':
         print_log(f'no CUDA: distributed backend gloo instead of '
                   f'{dist_cfg["backend"]}', logger='current')
     dist_cfg['backend'] = 'gloo'
     if not dist.is_initialized():
-        dist.init_process_group(**dist_cfg)
+        dist.init_process_group(**dist_cfg.to_dict())
     strategy = cfg.get('strategy')
     if strategy is not None:  # FlexibleRunner
         if strategy.get('type') == 'FSDPStrategy':
-            wrapper = strategy.setdefault('model_wrapper', {})
-            wrapper['device_id'] = 'cpu'
+            strategy.model_wrapper = _cpu_wrapper(
+                strategy.get('model_wrapper'), 'MMFullyShardedDataParallel',
+                'CPUFullyShardedDataParallel', {})
         return cfg
-    wrapper = cfg.get('model_wrapper_cfg')
-    if wrapper is None:
-        cfg.model_wrapper_cfg = dict(
-            type='CPUDistributedDataParallel', broadcast_buffers=False,
-            find_unused_parameters=cfg.get('find_unused_parameters', False))
-    elif wrapper.get('type', 'MMDistributedDataParallel') == \
-            'MMDistributedDataParallel':
-        wrapper['type'] = 'CPUDistributedDataParallel'
+    cfg.model_wrapper_cfg = _cpu_wrapper(
+        cfg.get('model_wrapper_cfg'), 'MMDistributedDataParallel',
+        'CPUDistributedDataParallel', dict(
+            broadcast_buffers=False,
+            find_unused_parameters=cfg.get('find_unused_parameters', False)))
     return cfg
+
+
+def _cpu_wrapper(wrapper, default, cpu_type, defaults):
+    """``wrapper`` (a config or None) with ``cpu_type`` for ``default``."""
+    if wrapper is None:
+        return dict(type=cpu_type, **defaults)
+    if wrapper.get('type', default) == default:
+        wrapper['type'] = cpu_type
+    return wrapper
