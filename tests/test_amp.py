@@ -41,6 +41,11 @@ def test_backbone_trains_under_autocast(name, dtype, kind):
     x = torch.randn(shape) * scale
     with torch.no_grad():
         reference = model(x)
+    linear_dtypes = []
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            m.register_forward_hook(
+                lambda mod, args, out: linear_dtypes.append(out.dtype))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler('cpu', enabled=dtype == torch.float16)
     for step in range(3):
@@ -49,8 +54,10 @@ def test_backbone_trains_under_autocast(name, dtype, kind):
             outs = model(x)
             loss = sum(F.mse_loss(o, torch.ones_like(o)) for o in outs)
         if step == 0:
+            # the matmuls ran in low precision; outputs (after LayerNorm,
+            # which autocast keeps in fp32 on some paths) stay close to fp32
+            assert dtype in linear_dtypes
             for out, ref in zip(outs, reference):
-                assert out.dtype == dtype
                 assert relative_error(out, ref) < 0.05
         assert torch.isfinite(loss), f'step {step}: loss {loss}'
         scaler.scale(loss).backward()

@@ -51,6 +51,7 @@ def _scalars(work_dir):
 def _check_run(work_dir, output, wrapper):
     assert 'Distributed training: True' in output
     assert f"type='{wrapper}'" in output
+    assert 'SyncBuffersEveryIterHook' in output
     records = _scalars(work_dir)
     assert [r['step'] for r in records if 'loss' in r] == list(
         range(1, ITERS + 1))
@@ -84,3 +85,25 @@ def test_dist_train_fsdp_two_processes(config, toy_data, tmp_path):
                     "strategy = dict(type='FSDPStrategy', state_dict_cfg='full')\n")
     output = dist_train(fsdp, tmp_path, toy_data)
     _check_run(tmp_path, output, 'CPUFullyShardedDataParallel')
+
+
+@pytest.mark.slow
+def test_dist_test_reproduces_the_dist_train_metrics(config, toy_data,
+                                                     tmp_path):
+    """``tools/dist_test.sh CONFIG CHECKPOINT 2`` on the DDP run's checkpoint."""
+    train_dir = tmp_path / 'train'
+    _check_run(train_dir, dist_train(config, train_dir, toy_data),
+               'CPUDistributedDataParallel')
+    (trained, ) = [r for r in _scalars(train_dir) if 'mIoU' in r]
+    env = dict(os.environ, PYTHON=sys.executable, PORT=str(_free_port()),
+               OMP_NUM_THREADS='1')
+    test_dir = tmp_path / 'test'
+    result = subprocess.run(
+        ['bash', str(ROOT / 'tools/dist_test.sh'), str(config),
+         str(train_dir / f'iter_{ITERS}.pth'), '2', '--work-dir', str(test_dir),
+         '--cfg-options', f'data_root={toy_data["ade"]}'],
+        env=env, capture_output=True, text=True, timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    for key in ('aAcc', 'mIoU', 'mAcc'):
+        assert f'{key}: {trained[key]:.4f}' in output, key

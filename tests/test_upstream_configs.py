@@ -132,9 +132,26 @@ def build(scope, model_cfg):
 @pytest.mark.parametrize('scope,path,name', CASES,
                          ids=[f'{p.split("/")[0]}-{n}' for _, p, n in CASES])
 def test_backbone_in_upstream_config(scope, path, name):
+    check_loss_step(scope, path, name, narrow_heads=True)
+
+
+CROSS = [(scope, path, name) for scope, path, _ in CASES
+         for name in sorted({n for *_, n in CASES})]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('scope,path,name', CROSS,
+                         ids=[f'{p.split("/")[0]}-{n}' for _, p, n in CROSS])
+def test_every_backbone_in_every_config_full_heads(scope, path, name):
+    """The full cross product, with the configs' own head widths."""
+    check_loss_step(scope, path, name, narrow_heads=False)
+
+
+def check_loss_step(scope, path, name, narrow_heads):
     cfg = upstream_config(scope, path)
     pretrained = cfg.model.get('pretrained')
-    narrow(cfg.model)
+    if narrow_heads:
+        narrow(cfg.model)
     swap_backbone(cfg, tiny_backbone(name))
     model_cfg = cfg.model
     size = SIZE[scope]

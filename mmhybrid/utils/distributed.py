@@ -6,15 +6,18 @@ mmengine 0.10.7 assumes GPUs once a launcher is given: ``init_dist`` calls
 OpenMMLab configs ask for NCCL and SyncBN. :func:`setup_cpu_distributed` (called
 by :func:`mmhybrid.utils.build_runner`) changes nothing where CUDA is available;
 without it, for ``--launcher pytorch``, it starts a gloo process group from
-torchrun's environment and picks the CPU wrappers below (DDP for the Runner,
-FSDP for FlexibleRunner's ``FSDPStrategy``).
+torchrun's environment, picks the CPU wrappers below (DDP for the Runner, FSDP
+for FlexibleRunner's ``FSDPStrategy``) and averages BN statistics over the
+processes after every iteration.
 """
 import torch
 import torch.distributed as dist
+from mmengine.dist import all_reduce_params
+from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import (MMDistributedDataParallel,
                             MMFullyShardedDataParallel, revert_sync_batchnorm)
-from mmengine.registry import MODEL_WRAPPERS
+from mmengine.registry import HOOKS, MODEL_WRAPPERS
 
 
 @MODEL_WRAPPERS.register_module()
@@ -23,7 +26,8 @@ class CPUDistributedDataParallel(MMDistributedDataParallel):
 
     No ``device_ids`` (the Runner passes ``[LOCAL_RANK]``, which DDP refuses for
     CPU modules). SyncBN layers become BN with per-process statistics: torch's
-    SyncBatchNorm runs on GPUs only.
+    SyncBatchNorm runs on GPUs only; :class:`SyncBuffersEveryIterHook` keeps
+    their running statistics equal across processes.
     """
 
     def __init__(self, module, device_ids=None, **kwargs):
@@ -42,6 +46,23 @@ class CPUFullyShardedDataParallel(MMFullyShardedDataParallel):
     def __init__(self, module, device_id=None, **kwargs):
         super().__init__(module=revert_sync_batchnorm(module), device_id='cpu',
                          **kwargs)
+
+
+@HOOKS.register_module()
+class SyncBuffersEveryIterHook(Hook):
+    """Average floating-point buffers (BN running statistics) over the processes
+    after every training iteration, before checkpoints and validation.
+
+    Stands in for SyncBN on CPU processes: every process validates with, and
+    rank 0 saves, the same statistics.
+    """
+    priority = 'NORMAL'  # before CheckpointHook (VERY_LOW)
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        buffers = [b for b in runner.model.buffers() if b.is_floating_point()]
+        if buffers and dist.is_initialized():
+            all_reduce_params(buffers, op='mean')
 
 
 def setup_cpu_distributed(cfg):
@@ -64,6 +85,8 @@ def setup_cpu_distributed(cfg):
     dist_cfg['backend'] = 'gloo'
     if not dist.is_initialized():
         dist.init_process_group(**dist_cfg.to_dict())
+    cfg.custom_hooks = [*cfg.get('custom_hooks', []),
+                        dict(type='SyncBuffersEveryIterHook')]
     strategy = cfg.get('strategy')
     if strategy is not None:  # FlexibleRunner
         if strategy.get('type') == 'FSDPStrategy':
