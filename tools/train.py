@@ -9,6 +9,7 @@ import argparse
 import os
 
 from mmengine.config import DictAction
+from mmengine.device import get_device
 
 import mmhybrid  # noqa: F401  registers our models, fixes checkpoint loading
 from mmhybrid.utils import build_runner, load_config
@@ -59,16 +60,30 @@ def load_checked_config(args):
     return cfg
 
 
+def enable_amp(cfg):
+    """``--amp``: mmengine's AmpOptimWrapper (autocast + dynamic loss scale).
+
+    mmengine 0.10.7's AmpOptimWrapper asserts a CUDA/NPU/MLU/MUSA device, so on
+    a CPU-only machine this stops with a clear message instead of its traceback.
+    """
+    if get_device() == 'cpu':
+        raise SystemExit(
+            'error: --amp uses mmengine\'s AmpOptimWrapper, which needs a GPU '
+            '(CUDA, NPU, MLU or MUSA) in mmengine 0.10.7; this machine has none. '
+            'Train without --amp (fp32).')
+    wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
+    if wrapper not in ('OptimWrapper', 'AmpOptimWrapper'):
+        raise SystemExit(f'error: --amp needs an OptimWrapper; the config uses '
+                         f'{wrapper}')
+    cfg.optim_wrapper.type = 'AmpOptimWrapper'
+    cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+
+
 def main():
     args = parse_args()
     cfg = load_checked_config(args)
     if args.amp:
-        if cfg.optim_wrapper.get('type', 'OptimWrapper') not in (
-                'OptimWrapper', 'AmpOptimWrapper'):
-            raise ValueError('--amp needs an OptimWrapper, the config uses '
-                             f'{cfg.optim_wrapper.type}')
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+        enable_amp(cfg)
     if args.auto_scale_lr:
         if 'auto_scale_lr' not in cfg:
             raise ValueError('the config has no auto_scale_lr.base_batch_size')

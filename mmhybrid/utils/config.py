@@ -24,6 +24,7 @@ from mmengine.runner import Runner
 from mmengine.utils import is_installed
 
 from .default_scope import setup_config_scope
+from .distributed import setup_cpu_distributed
 
 DATA_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader',
              'val_evaluator', 'test_evaluator')
@@ -130,7 +131,12 @@ def load_config(path, options=None, work_dir=None, launcher='none'):
 
 
 def build_runner(cfg):
-    """The config's ``runner_type`` if it names one, else mmengine's Runner."""
+    """The config's ``runner_type`` if it names one, else mmengine's Runner.
+
+    Without CUDA, multi-process runs use gloo and CPU wrappers
+    (:func:`mmhybrid.utils.distributed.setup_cpu_distributed`).
+    """
+    setup_cpu_distributed(cfg)
     if 'runner_type' in cfg:
         return RUNNERS.build(cfg)
     return Runner.from_cfg(cfg)

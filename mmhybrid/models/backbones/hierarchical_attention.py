@@ -15,7 +15,7 @@ from mmengine.model.weight_init import trunc_normal_
 from mmhybrid.layers import (AttentionBlock, ELFATTAttention, GlobalAttention,
                              ShiftedWindowAttention, parse_attention_plan)
 from ..utils import resize_pos_embed
-from .base_backbone import (BaseBackbone, check_out_indices, check_rates,
+from .base_backbone import (BaseBackbone, check_rates,
                             require_keys, resolve_arch)
 
 
@@ -44,7 +44,8 @@ class HierarchicalAttentionBackbone(BaseBackbone):
         global_ratio (float): ELFATT's ``c1 / c`` (Table 7).
         lepe (bool): LePE in global / ELFATT / EFFATT attentions (Table 5).
         stem (dict): kwargs of mmcv ``PatchEmbed`` (kernel_size, stride, padding).
-        out_indices (tuple[int]): stages whose (normed) maps are returned.
+        out_indices (int | sequence[int]): stages whose (normed) maps are
+            returned.
         use_abs_pos_embed (bool): learned absolute position embedding on the
             ``pretrain_img_size / stride`` grid, resized to the input.
         Others as in mmdet's ``SwinTransformer``.
@@ -59,7 +60,7 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                  use_abs_pos_embed=False, block_sizes=(49, 49, 196, 49),
                  global_ratio=0.5, lepe=True, act_cfg=dict(type='GELU'),
                  norm_cfg=dict(type='LN'), convert_weights=None, frozen_stages=-1,
-                 norm_eval=False, with_cp=False, init_cfg=None):
+                 norm_eval=False, with_cp=False, pretrained=None, init_cfg=None):
         name, required = type(self).__name__, ('embed_dims', 'depths', 'num_heads')
         arch = resolve_arch(arch, self.arch_zoo, name, required)
         arch.update({k: v for k, v in dict(embed_dims=embed_dims, depths=depths,
@@ -74,10 +75,9 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                                  f'got {tuple(value)}')
         check_rates(name, drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
                     drop_path_rate=drop_path_rate)
-        out_indices = check_out_indices(name, out_indices, 4)
-        super().__init__(4, frozen_stages, norm_eval, with_cp, init_cfg)
+        super().__init__(4, frozen_stages, norm_eval, with_cp, init_cfg,
+                         out_indices=out_indices, pretrained=pretrained)
         self.arch = arch
-        self.out_indices = tuple(out_indices)
         self.convert_weights = convert_weights
         self.plan = parse_attention_plan(attn, depths)
         dims = [arch['embed_dims'] * 2**i for i in range(4)]
@@ -140,6 +140,11 @@ class HierarchicalAttentionBackbone(BaseBackbone):
             parts.append(getattr(self, f'norm{index - 1}'))
         return parts
 
+    def unused_parts(self):
+        last = self.out_indices[-1]
+        downsample = self.stages[last].downsample
+        return [*self.stages[last + 1:]] + ([downsample] if downsample else [])
+
     def init_scratch(self):
         super().init_scratch()
         for m in self.modules():
@@ -160,6 +165,8 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                 out = getattr(self, f'norm{i}')(x)
                 outs.append(out.transpose(1, 2).reshape(x.shape[0], -1, *hw_shape)
                             .contiguous())
+            if i == self.out_indices[-1]:
+                break
             if stage.downsample is not None:
                 x, hw_shape = stage.downsample(x, hw_shape)
         return tuple(outs)

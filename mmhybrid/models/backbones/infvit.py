@@ -17,7 +17,7 @@ from mmhybrid.layers.infsa_attention import InfSAttention, gamma_to_logit
 from mmhybrid.layers.infvit_layer import ATTN_TYPES, InfViTLayer
 from mmhybrid.registry import register_model
 from ..utils import resize_pos_embed
-from .base_backbone import (BaseBackbone, check_out_indices, check_rates,
+from .base_backbone import (BaseBackbone, check_rates,
                             require_keys, resolve_arch)
 
 # Width 1024, MLP ratio 4.5 and tied Q = K reproduce Table 1/3 (docs/design.md).
@@ -75,13 +75,16 @@ class InfViT(BaseBackbone):
         local_path (str, optional): ``'lepe'`` adds a depth-wise 3x3 conv of V
             to every InfSA layer (a local path for dense prediction).
         with_cls_token (bool): prepend a class token (dropped from the outputs).
-        out_indices (sequence[int]): layers whose LayerNorm-ed maps are returned
-            (negative indices count from the end).
+        out_indices (int | sequence[int]): layers whose LayerNorm-ed maps are
+            returned (negative indices count from the end); e.g. (2, 5, 8, 11)
+            of 12 layers for mmseg's ``MultiLevelNeck`` as its ViT configs do.
         frozen_stages (int): 0 freezes the patch/position embeddings, n > 0 also
-            the first n layers. norm_eval, with_cp, init_cfg: see BaseBackbone;
+            the first n layers. norm_eval, with_cp, pretrained, init_cfg: see
+            BaseBackbone;
             ``init_cfg=dict(type='Pretrained', checkpoint=...)`` also reads the
             public ``infsa`` ViT layout (see :meth:`convert_checkpoint`).
     """
+    out_unit = 'layers'
 
     def __init__(self, arch='linear-4l', attn_types=None, img_size=224,
                  patch_size=16, in_channels=3, qkv_bias=True, tie_qk=None,
@@ -89,7 +92,7 @@ class InfViT(BaseBackbone):
                  drop_rate=0., drop_path_rate=0.1, layer_scale_init_value=None,
                  out_indices=(-1, ), norm_cfg=dict(type='LN', eps=1e-6),
                  frozen_stages=-1, norm_eval=False, with_cp=False,
-                 init_cfg=None):
+                 pretrained=None, init_cfg=None):
         required = ('embed_dims', 'depth', 'num_heads', 'mlp_ratio', 'attn_types')
         arch = require_keys(resolve_arch(arch, ARCH_SETTINGS, 'InfViT', required),
                             required, 'InfViT')
@@ -100,11 +103,10 @@ class InfViT(BaseBackbone):
         heads = [heads] * depth if isinstance(heads, int) else list(heads)
         if len(heads) != depth:
             raise ValueError(f'num_heads {heads} must have {depth} entries')
-        out_indices = check_out_indices('InfViT', out_indices, depth, 'layers')
-        super().__init__(depth, frozen_stages, norm_eval, with_cp, init_cfg)
+        super().__init__(depth, frozen_stages, norm_eval, with_cp, init_cfg,
+                         out_indices=out_indices, pretrained=pretrained)
         self.embed_dims = dims
         self.attn_types = letters
-        self.out_indices = out_indices
         self.patch_size = patch_size
         self.num_extra_tokens = int(with_cls_token)
 
@@ -138,6 +140,9 @@ class InfViT(BaseBackbone):
         if index - 1 in self.out_indices:
             parts.append(getattr(self, f'norm{index - 1}'))
         return parts
+
+    def unused_parts(self):
+        return self.layers[self.out_indices[-1] + 1:]
 
     def init_scratch(self):
         super().init_scratch()
@@ -204,7 +209,7 @@ class InfViT(BaseBackbone):
                                  self.num_extra_tokens)
         x = self.drop_after_pos(x)
         outs = []
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layers[:self.out_indices[-1] + 1]):
             x = self.run_layer(layer, x, hw)
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x[:, self.num_extra_tokens:])

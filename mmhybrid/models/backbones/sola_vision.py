@@ -18,7 +18,7 @@ from mmhybrid.layers import (GatedDeltaNetLayer, HiddenStateBridge,
                              SlidingWindowLayer, SoftmaxLayer, WKVLayer)
 from mmhybrid.registry import register_model
 from ..utils import resize_pos_embed
-from .base_backbone import (BaseBackbone, check_out_indices, check_rates,
+from .base_backbone import (BaseBackbone, check_rates,
                             require_keys, resolve_arch)
 
 LAYER_TYPES = {'L': WKVLayer, 'S': SoftmaxLayer, 'G': GatedDeltaNetLayer,
@@ -125,8 +125,10 @@ class SoLAVision(BaseBackbone):
             channel-mix key; not in the paper, off by default.
         drop_path_rate (float): stochastic depth, linearly increasing per layer.
         layer_scale_init_value (float, optional): enables LayerScale.
-        out_indices (sequence[int]): stages whose (normed) maps are returned.
-        frozen_stages, norm_eval, with_cp, init_cfg: see :class:`BaseBackbone`.
+        out_indices (int | sequence[int]): stages whose (normed) maps are
+            returned.
+        frozen_stages, norm_eval, with_cp, pretrained, init_cfg: see
+            :class:`BaseBackbone`.
         window_size (int | sequence[int]): odd window of the 'W' layers, one for
             all stages or one per stage.
         layer_cfg (dict, optional): extra arguments per layer letter, e.g.
@@ -141,7 +143,8 @@ class SoLAVision(BaseBackbone):
                  key_norm=False, drop_rate=0., drop_path_rate=0.1,
                  layer_scale_init_value=None, out_indices=(0, 1, 2, 3),
                  norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
-                 with_cp=False, init_cfg=None, window_size=7, layer_cfg=None):
+                 with_cp=False, pretrained=None, init_cfg=None, window_size=7,
+                 layer_cfg=None):
         owner = type(self).__name__
         required = ('embed_dims', 'schedule')
         arch = require_keys(resolve_arch(arch, self.arch_settings, owner, required),
@@ -162,13 +165,11 @@ class SoLAVision(BaseBackbone):
         if bad:
             raise ValueError(f'layer_cfg has unknown layer letters {sorted(bad)}; '
                              f'use {sorted(LAYER_TYPES)}')
-        out_indices = check_out_indices(owner, out_indices, len(stages))
         super().__init__(len(stages), frozen_stages, norm_eval, with_cp,
-                         init_cfg)
+                         init_cfg, out_indices=out_indices, pretrained=pretrained)
         self.embed_dims = embed_dims
         self.schedule = '/'.join(stages)
         self.hsb_routes = routes
-        self.out_indices = tuple(out_indices)
         self.patch_size = patch_size
 
         self.patch_embed = PatchEmbed(
@@ -237,6 +238,12 @@ class SoLAVision(BaseBackbone):
             parts.append(getattr(self, f'norm{index - 1}'))
         return parts
 
+    def unused_parts(self):
+        last = self.out_indices[-1]
+        return [*self.stages[last + 1:], *self.downsamples[last:],
+                *(b for k, b in self.bridges.items()
+                  if int(k.split('_')[0]) > last + 1)]
+
     def init_scratch(self):
         super().init_scratch()
         wkv_layers = [m for m in self.modules() if isinstance(m, WKVLayer)]
@@ -252,7 +259,7 @@ class SoLAVision(BaseBackbone):
         sources = set(self._bridge_sources.values())
         hidden = {}
         outs = []
-        for i, stage in enumerate(self.stages):
+        for i, stage in enumerate(self.stages[:self.out_indices[-1] + 1]):
             if i > 0:
                 x, hw = self.downsamples[i - 1](x, hw)
             for j, layer in enumerate(stage):

@@ -1,0 +1,183 @@
+"""Put a backbone into an upstream mmseg / mmdet / mmpretrain model config.
+
+Upstream configs are written for their own backbone (ResNet, Swin, MiT, ViT):
+the neck and heads carry its channel numbers, some read only a few of its
+outputs (RetinaNet's FPN starts at stage 1, PSPNet reads stages 3 and 4), and the
+model names its weights (mmseg's ``pretrained``, the backbone's ``init_cfg``).
+:func:`swap_backbone` replaces the backbone and makes the rest agree with it.
+"""
+import copy
+
+import torch
+from mmengine.registry import MODELS, DefaultScope
+
+from .default_scope import register_scope
+
+# mmseg decode heads that also read backbone output 0 directly (``inputs[0]``),
+# with the argument holding its channels
+C1_HEADS = {'DepthwiseSeparableASPPHead': 'c1_in_channels'}
+HEAD_KEYS = ('decode_head', 'auxiliary_head', 'head')
+
+
+def _as_list(value):
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def probe_backbone(backbone, scope=None, size=224):
+    """Build ``backbone`` and run one zero image: its ``out_indices`` (if it has
+    them) and the channels and stride of every output."""
+    cfg = copy.deepcopy(dict(backbone))
+    cfg.pop('pretrained', None)
+    cfg.pop('init_cfg', None)
+    register_scope(scope)
+    with DefaultScope.overwrite_default_scope(scope):
+        module = MODELS.build(cfg)
+    module.eval()
+    with torch.no_grad():
+        outs = module(torch.zeros(1, cfg.get('in_channels', 3), size, size))
+    channels = [o.shape[1] for o in outs]
+    strides = [size // o.shape[-1] for o in outs]
+    return getattr(module, 'out_indices', None), channels, strides
+
+
+def _plain_pyramid(fpn, used, in_channels, stride):
+    """A SimpleFeaturePyramid making the levels ``fpn`` made from a 4-8-16-32
+    pyramid (its inputs ``used``) out of one plain map of ``stride``."""
+    scales = tuple(stride / (4 * 2**k) for k in used)
+    if not set(scales) <= {4., 2., 1., .5}:
+        raise ValueError(f'FPN levels of strides {[4 * 2**k for k in used]} '
+                         f'cannot be made from one map of stride {stride}')
+    return dict(type='mmhybrid.SimpleFeaturePyramid', in_channels=in_channels,
+                out_channels=fpn['out_channels'], scales=scales,
+                num_outs=fpn.get('num_outs', len(scales)))
+
+
+def swap_backbone(cfg, backbone, pretrained=None, probe_size=224):
+    """Replace the backbone of a model config and fix what depends on it.
+
+    ``backbone`` must return the maps the replaced backbone returned, in order
+    (e.g. ``out_indices=(0, 1, 2, 3)`` for a ResNet's four stages; a plain ViT
+    returns one stride for all). Then, in place:
+
+    * the neck's ``in_channels`` (mmdet / mmseg FPN, MultiLevelNeck, ...) or, with
+      no neck, every decode / auxiliary / classifier head's ``in_channels`` (and
+      DeepLabV3+'s ``c1_in_channels``) get the backbone's channels;
+    * outputs nothing reads are dropped from ``out_indices`` (unused outputs would
+      leave parameters without gradients, which DDP refuses): an FPN's
+      ``start_level`` becomes 0, heads' ``in_index`` are renumbered, a classifier
+      keeps the last output;
+    * with a plain backbone (every output of one stride) an ``FPN`` neck becomes
+      ``mmhybrid.SimpleFeaturePyramid`` (ViTDet) producing the same levels;
+    * the model-level ``pretrained`` and any ``init_cfg`` of type Pretrained name
+      weights of the replaced model and are removed; ``pretrained`` (a checkpoint
+      of the new backbone) becomes its ``init_cfg``.
+
+    Args:
+        cfg (Config | dict): a full config (with ``model``) or a model dict.
+        backbone (dict): the new backbone config, e.g.
+            ``dict(type='mmhybrid.SoLAVision', arch='t')``.
+        pretrained (str, optional): checkpoint for the new backbone.
+        probe_size (int): input size of the dry run measuring channels/strides.
+
+    Returns:
+        The edited ``cfg``.
+    """
+    model = cfg['model'] if 'model' in cfg else cfg
+    scope = cfg.get('default_scope') if 'model' in cfg else None
+    backbone = copy.deepcopy(dict(backbone))
+    base, channels, strides = probe_backbone(backbone, scope, probe_size)
+    num = len(channels)
+
+    model.pop('pretrained', None)
+    if (model.get('init_cfg') or {}).get('type') == 'Pretrained':
+        model.pop('init_cfg')
+    backbone.pop('pretrained', None)
+    if pretrained is not None:
+        backbone['init_cfg'] = dict(type='Pretrained', checkpoint=pretrained)
+
+    necks = _as_list(model.get('neck'))
+    neck = necks[0] if necks else None
+    if neck is not None and 'in_channels' not in neck:
+        if model.get('type') != 'ImageClassifier':
+            raise NotImplementedError(
+                f'cannot tell what neck {neck.get("type")} reads (no in_channels)')
+        neck = None  # e.g. GlobalAveragePooling: the head reads the backbone
+    if neck is not None:
+        used = _neck_inputs(neck, num)
+    else:
+        used = sorted({i for head in _heads(model)
+                       for i in _head_inputs(head, num)})
+    if not used:
+        raise NotImplementedError(
+            f'found no neck or head of {model.get("type")} reading the backbone')
+
+    if neck is not None and neck.get('type') == 'FPN' and len(set(strides)) == 1:
+        # a plain backbone: every level from its last map (ViTDet)
+        necks[0] = _plain_pyramid(neck, used, channels[-1], strides[-1])
+        used = [num - 1]
+    else:
+        if used[-1] >= num:
+            raise ValueError(
+                f'the config reads backbone outputs {used}, but '
+                f'{backbone["type"]} returns {num}: set its out_indices to name '
+                f'{used[-1] + 1} outputs')
+        if neck is not None:
+            _renumber_neck(neck, [channels[i] for i in used])
+        position = {old: new for new, old in enumerate(used)}
+        for head in [] if neck is not None else _heads(model):
+            _renumber_head(head, num, position, channels)
+    if neck is not None:
+        model['neck'] = necks if isinstance(model['neck'], list) else necks[0]
+    if base is not None:
+        backbone['out_indices'] = tuple(base[i] for i in used)
+    model['backbone'] = backbone
+    return cfg
+
+
+def _heads(model):
+    return [h for key in HEAD_KEYS for h in _as_list(model.get(key))]
+
+
+def _neck_inputs(neck, num):
+    if not isinstance(neck['in_channels'], (list, tuple)):
+        return [num - 1]
+    start = neck.get('start_level', 0)
+    end = neck.get('end_level', -1)
+    stop = len(neck['in_channels']) if end == -1 else end + 1
+    return list(range(start, stop))
+
+
+def _renumber_neck(neck, channels):
+    if isinstance(neck['in_channels'], (list, tuple)):
+        neck['in_channels'] = channels
+        if 'start_level' in neck:
+            neck['start_level'] = 0
+        if 'end_level' in neck:
+            neck['end_level'] = -1
+    else:
+        neck['in_channels'] = channels[-1]
+
+
+def _head_inputs(head, num):
+    index = head.get('in_index', -1)
+    used = [i % num if i < 0 else i for i in _as_list(index)]
+    if head.get('type') in C1_HEADS:
+        used.append(0)
+    return used
+
+
+def _renumber_head(head, num, position, channels):
+    index = head.get('in_index', -1)
+    if isinstance(index, (list, tuple)):
+        old = [i % num if i < 0 else i for i in index]
+        head['in_index'] = [position[i] for i in old]
+        head['in_channels'] = [channels[i] for i in old]
+    else:
+        old = index % num if index < 0 else index
+        if 'in_index' in head:
+            head['in_index'] = position[old]
+        head['in_channels'] = channels[old]
+    if head.get('type') in C1_HEADS:
+        head[C1_HEADS[head['type']]] = channels[0]
