@@ -46,11 +46,12 @@ def test_default_plan_is_the_papers():
     E, G = ELFATTAttention, GlobalAttention
     swin = SwinELFATT(arch='t')
     assert attn_types(swin) == [[E] * 2, [E] * 2, [G, E] * 3, [G] * 2]
-    assert [s.blocks[-1].attn.window for s in swin.stages[:3]] == [14, 14, 14]
+    assert [s.blocks[-1].attn.window for s in swin.stages[:3]] == [(14, 14)] * 3
     cswin = CSWin(arch='t')
     assert attn_types(cswin) == [[E] * 2, [E] * 4, [G, E] * 9, [G]]
     assert [s.blocks[-1].attn.block_size for s in cswin.stages[:3]] == [49, 49, 196]
-    assert [s.blocks[-1].attn.window for s in cswin.stages[:3]] == [7, 7, 14]
+    assert [s.blocks[-1].attn.window for s in cswin.stages[:3]] == [(7, 7), (7, 7),
+                                                                    (14, 14)]
     assert cswin.stages[0].blocks[0].attn.global_heads == 1  # 2 heads, 1:1
 
 
@@ -71,11 +72,11 @@ def test_table_4_to_7_variants_by_config():
              lepe=False)
     attn = m.stages[1].blocks[0].attn
     assert attn.block_size == 9 and attn.global_channels == 8 and attn.lepe is None
-    assert attn.block_layout == '2d' and attn.window == 3
+    assert attn.block_layout == '2d' and attn.window == (3, 3)
     raster = tiny(CSWin, attn='E,E,E,E', block_sizes=(4, 8, 16, 4), block_layout='1d')
     assert raster.stages[1].blocks[0].attn.block_layout == '1d'
-    with pytest.raises(ValueError, match='square'):
-        tiny(CSWin, attn='E,E,E,E', block_sizes=(4, 8, 16, 4))
+    rect = tiny(CSWin, block_sizes=(4, 8, 16, 4))  # a non-square block: 2x4 windows
+    assert rect.stages[1].blocks[0].attn.window == (2, 4)
     assert attn_types(tiny(CSWin, attn='E,G,G,G'))[1] == [GlobalAttention] * 2
     eff = tiny(SwinELFATT, attn='effatt').stages[0].blocks[0].attn
     assert eff.local_heads == 0 and eff.global_heads == 2

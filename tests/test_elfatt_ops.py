@@ -49,9 +49,9 @@ def test_block_attention_is_local_and_whole_block_is_global():
 
 
 # (H, W, window): aligned, ragged right/bottom/corner, window larger than the grid,
-# one-token windows, single rows and columns
+# one-token windows, single rows and columns, rectangular windows
 GRIDS = [(14, 14, 7), (9, 11, 4), (5, 13, 3), (6, 4, 7), (1, 10, 4), (11, 1, 3),
-         (5, 5, 1)]
+         (5, 5, 1), (7, 9, (2, 4)), (9, 5, (4, 1))]
 
 
 @pytest.mark.parametrize('H,W,w', GRIDS)
@@ -64,9 +64,10 @@ def test_window_block_attention_matches_masked_reference(H, W, w):
 def test_window_regions_tile_the_grid():
     for H, W, w in GRIDS:
         seen = torch.zeros(H, W, dtype=torch.long)
+        side_h, side_w = (w, w) if isinstance(w, int) else w
         for rows, cols, (wh, ww) in window_regions((H, W), w):
-            assert (rows.stop - rows.start) % wh == 0 and wh <= w
-            assert (cols.stop - cols.start) % ww == 0 and ww <= w
+            assert (rows.stop - rows.start) % wh == 0 and wh <= side_h
+            assert (cols.stop - cols.start) % ww == 0 and ww <= side_w
             seen[rows, cols] += 1
         assert (seen == 1).all()
     x = torch.randn(2, 3, 9 * 11, 5)

@@ -1,11 +1,9 @@
 """ELFATT attention (Eq. 8-11): a global linear head beside a local blockify head."""
-import math
-
 import torch
 import torch.nn.functional as F
 
 from mmhybrid.ops import block_attention, effatt
-from mmhybrid.ops.elfatt import map_windows, window_block_attention
+from mmhybrid.ops.elfatt import block_window, map_windows, window_block_attention
 from .image_attention import ImageAttention, from_heads, to_heads
 
 BLOCK_LAYOUTS = ('2d', '1d')
@@ -51,20 +49,21 @@ class ELFATTAttention(ImageAttention):
          + L(f(\tilde V)))]
 
     The global head is :func:`mmhybrid.ops.effatt`. The blocks ``f`` of the local
-    head are, with ``block_layout='2d'``, square ``sqrt(block_size)``-sided windows
-    of the token grid (:func:`mmhybrid.ops.elfatt.window_block_attention`; shorter
-    windows at the bottom/right edge) with the local channels' LePE applied inside
-    each window, ``L(f(V))`` of Eq. 10; with ``'1d'``, contiguous runs of
+    head are, with ``block_layout='2d'``, windows of the token grid
+    (:func:`mmhybrid.ops.elfatt.window_block_attention`; square for square block
+    sizes, else the most square rectangle; shorter windows at the bottom/right edge)
+    with the local channels' LePE applied inside each window, ``L(f(V))`` of Eq. 10;
+    with ``'1d'``, contiguous runs of
     ``block_size`` tokens of the row-major sequence
     (:func:`mmhybrid.ops.block_attention`) and LePE on the whole image (a 3x3
     conv is undefined on a 1D run). ``global_ratio`` is ``c1 / c`` (Table 7): 1
     gives EFFATT, 0 a pure blockify attention.
 
     Args:
-        block_size (int): tokens per block of the local head (Table 4); a square
-            (49 = 7x7, 196 = 14x14) for the 2D layout.
+        block_size (int): tokens per block of the local head (Table 4): 49 = 7x7,
+            196 = 14x14 windows in the 2D layout (8 = 2x4).
         global_ratio (float): share of channels in the global head.
-        block_layout (str): ``'2d'`` square windows or ``'1d'`` raster runs.
+        block_layout (str): ``'2d'`` windows or ``'1d'`` raster runs.
         **kwargs: see :class:`ImageAttention`.
     """
 
@@ -74,19 +73,13 @@ class ELFATTAttention(ImageAttention):
         if block_layout not in BLOCK_LAYOUTS:
             raise ValueError(f'block_layout must be one of {BLOCK_LAYOUTS}, '
                              f'got {block_layout!r}')
-        if block_size < 1:
-            raise ValueError(f'block_size must be >= 1, got {block_size}')
         self.block_size = block_size
         self.global_ratio = global_ratio
         self.block_layout = block_layout
         (self.global_heads, global_dims), (self.local_heads, _) = split_elfatt_heads(
             dims, num_heads, global_ratio)
         self.global_channels = self.global_heads * global_dims
-        self.window = math.isqrt(block_size)
-        if block_layout == '2d' and self.local_heads and self.window**2 != block_size:
-            raise ValueError(f"block_layout='2d' needs a square block_size (49 = 7x7, "
-                             f"196 = 14x14), got {block_size}; block_layout='1d' cuts "
-                             f'the token sequence into runs of any length')
+        self.window = block_window(block_size)  # (height, width) in the 2D layout
 
     def attend(self, q, k, v, hw_shape):
         c1 = self.global_channels
@@ -114,7 +107,7 @@ class ELFATTAttention(ImageAttention):
 
         def window_conv(v, size):  # (B, 1, n*wh*ww, C) window-major tokens
             B, _, L, C = v.shape
-            x = v.reshape(B * L // (size[0] * size[1]), *size, C).permute(0, 3, 1, 2)
+            x = v.reshape(-1, *size, C).permute(0, 3, 1, 2)
             x = F.conv2d(x, weight[c1:], bias[c1:], padding=1, groups=C)
             return x.permute(0, 2, 3, 1).reshape(B, 1, L, C)
 

@@ -36,14 +36,15 @@ def naive_block_attention(q, k, v, block_size, scale=None):
 
 
 def naive_window_block_attention(q, k, v, hw_shape, window, scale=None):
-    """Softmax attention masked to square windows of the raster-order grid: token
-    (r, c) may attend to (r2, c2) iff ``r // w == r2 // w and c // w == c2 // w``.
+    """Softmax attention masked to ``wh x ww`` windows of the raster-order grid:
+    (r, c) may attend to (r2, c2) iff ``r // wh == r2 // wh and c // ww == c2 // ww``.
     """
     H, W = hw_shape
+    wh, ww = (window, window) if isinstance(window, int) else window
     d = q.shape[-1]
     scale = d ** -0.5 if scale is None else scale
-    rows = torch.arange(H, device=q.device).repeat_interleave(W) // window
-    cols = torch.arange(W, device=q.device).repeat(H) // window
+    rows = torch.arange(H, device=q.device).repeat_interleave(W) // wh
+    cols = torch.arange(W, device=q.device).repeat(H) // ww
     same_window = (rows[:, None] == rows[None, :]) & (cols[:, None] == cols[None, :])
     logits = (q @ k.transpose(-2, -1)) * scale
     logits = logits.masked_fill(~same_window, float('-inf'))

@@ -1,31 +1,43 @@
-"""ELFATT's local head on square windows of the token grid (the 2D block layout).
+"""ELFATT's local head on windows of the token grid (the 2D block layout).
 
 The blockify function ``f`` of Eq. 8 cuts the token matrix into row blocks; with
-the tokens listed window by window (window-major order) those blocks are square
-``w x w`` windows of the image, as the paper's block sizes (49 = 7^2, 196 = 14^2)
-and its per-block LePE ``L(f(V))`` (Eq. 10, Fig. 1) imply. A grid whose sides are
-not multiples of ``w`` keeps full windows from the top-left corner; the last
-window row / column is shorter (``H mod w`` / ``W mod w``). Windows of one shape
+the tokens listed window by window (window-major order) those blocks are windows
+of the image: square ``w x w`` ones for the paper's block sizes (49 = 7^2,
+196 = 14^2), as its per-block LePE ``L(f(V))`` (Eq. 10, Fig. 1) and its FLOPs
+imply. A grid whose sides are not multiples of the window keeps full windows from
+the top-left corner; the last window row / column is shorter. Windows of one shape
 form one region of the grid (at most four: full, right edge, bottom edge, corner),
 so every region is a single batched call with no padding and no mask.
 """
+import math
+
 import torch
 
 from .block import block_attention
 
 
+def block_window(block_size):
+    """(wh, ww): the most square window of ``block_size`` tokens, ``wh <= ww``
+    (49 -> 7x7, 196 -> 14x14, 8 -> 2x4, a prime p -> 1xp)."""
+    if block_size < 1:
+        raise ValueError(f'block_size must be >= 1, got {block_size}')
+    wh = max(d for d in range(1, math.isqrt(block_size) + 1) if block_size % d == 0)
+    return wh, block_size // wh
+
+
 def window_regions(hw_shape, window):
     """Regions of equal windows: ``[(rows, cols, (wh, ww)), ...]`` with slices.
 
-    ``rows x cols`` is tiled exactly by ``wh x ww`` windows, row-major.
+    ``window`` is a side or (height, width); ``rows x cols`` is tiled exactly by
+    ``wh x ww`` windows, row-major.
     """
-    if window < 1:
-        raise ValueError(f'window must be >= 1, got {window}')
-    H, W = hw_shape
+    window = (window, window) if isinstance(window, int) else tuple(window)
+    if min(window) < 1:
+        raise ValueError(f'window sides must be >= 1, got {window}')
     splits = []
-    for size in (H, W):
-        full = size // window * window
-        parts = [(slice(0, full), window)] if full else []
+    for size, side in zip(hw_shape, window):
+        full = size // side * side
+        parts = [(slice(0, full), side)] if full else []
         if full < size:
             parts.append((slice(full, size), size - full))
         splits.append(parts)
@@ -67,10 +79,10 @@ def map_windows(fn, tensors, hw_shape, window):
 
 
 def window_block_attention(q, k, v, hw_shape, window, scale=None):
-    r"""``g(softmax(f(Q) f(K)^T / sqrt(d)) f(V))`` with ``f`` = square windows.
+    r"""``g(softmax(f(Q) f(K)^T / sqrt(d)) f(V))`` with ``f`` = windows of the grid.
 
-    Every token attends exactly to the tokens of its ``window x window`` window
-    of the ``hw_shape`` grid (shorter windows at the bottom/right edge). Each
+    Every token attends exactly to the tokens of its window of the ``hw_shape``
+    grid (shorter windows at the bottom/right edge). Each
     region of equal windows is one :func:`block_attention` call (one unmasked
     ``scaled_dot_product_attention``), so FlashAttention kernels apply on GPU.
     Cost O(N * window^2 * d).
@@ -78,7 +90,8 @@ def window_block_attention(q, k, v, hw_shape, window, scale=None):
     Args:
         q, k: (B, heads, H*W, d) in raster order; v: (B, heads, H*W, dv).
         hw_shape (tuple[int]): (H, W).
-        window (int): window side; ``>= max(H, W)`` gives global attention.
+        window (int | tuple[int]): window side or (height, width); covering the
+            grid gives global attention.
         scale (float, optional): logit scale; ``d ** -0.5`` when None.
     Returns:
         (B, heads, H*W, dv) in raster order.
