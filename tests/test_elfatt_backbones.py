@@ -50,6 +50,8 @@ def test_default_plan_is_the_papers():
     cswin = CSWin(arch='t')
     assert attn_types(cswin) == [[E] * 2, [E] * 4, [G, E] * 9, [G]]
     assert [s.blocks[-1].attn.block_size for s in cswin.stages[:3]] == [49, 49, 196]
+    cswin_b = CSWin(arch='b', depths=(1, 1, 1, 1), attn='E,E,E,G')
+    assert [s.blocks[-1].attn.block_size for s in cswin_b.stages[:3]] == [196] * 3
     assert [s.blocks[-1].attn.window for s in cswin.stages[:3]] == [(7, 7), (7, 7),
                                                                     (14, 14)]
     assert cswin.stages[0].blocks[0].attn.global_heads == 1  # 2 heads, 1:1
