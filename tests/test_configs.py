@@ -26,7 +26,7 @@ def test_configs_found():
 
 
 def _param(path):
-    """300M-parameter InfViT-24L configs take about a minute an iteration: slow."""
+    """300M-parameter InfViT-24L configs: minutes an iteration on 2 cores, slow."""
     return pytest.param(path, marks=pytest.mark.slow) if '-24l_' in path.name else path
 
 

@@ -51,11 +51,10 @@ class ELFATTAttention(ImageAttention):
     The global head is :func:`mmhybrid.ops.effatt`. The blocks ``f`` of the local
     head are, with ``block_layout='2d'``, windows of the token grid
     (:func:`mmhybrid.ops.elfatt.window_block_attention`; square for square block
-    sizes, else the most square rectangle; shorter windows at the bottom/right edge)
-    with the local channels' LePE applied inside each window, ``L(f(V))`` of Eq. 10;
-    with ``'1d'``, contiguous runs of
-    ``block_size`` tokens of the row-major sequence
-    (:func:`mmhybrid.ops.block_attention`) and LePE on the whole image (a 3x3
+    sizes, else the most square rectangle; shorter windows at the bottom/right
+    edge) with the local channels' LePE inside each window, ``L(f(V))`` of Eq. 10;
+    with ``'1d'``, runs of ``block_size`` tokens of the row-major sequence
+    (:func:`mmhybrid.ops.block_attention`) with LePE on the whole image (a 3x3
     conv is undefined on a 1D run). ``global_ratio`` is ``c1 / c`` (Table 7): 1
     gives EFFATT, 0 a pure blockify attention.
 
