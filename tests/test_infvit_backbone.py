@@ -27,16 +27,17 @@ def count(model):
     return sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize('arch', sorted(PAPER_PARAMS))
-def test_params_match_paper(arch):
+@pytest.mark.parametrize('arch,attn_types', [(a, None) for a in sorted(PAPER_PARAMS)] + [
+    ('pure-4l', 'S'), ('pure-24l', 'S')])  # Table 1's "Standard ViT" rows: 57.7M / 330.6M
+def test_params_match_paper(arch, attn_types):
     """Table 1/3 count the classifier: backbone + a 1000-way linear head."""
     with torch.device('meta'):
-        model = InfViT(arch=arch)
+        model = InfViT(arch=arch, attn_types=attn_types)
     dims = ARCH_SETTINGS[arch]['embed_dims']
     params = count(model) + dims * 1000 + 1000
     paper = PAPER_PARAMS[arch]
-    print(f'InfViT {arch}: {params / 1e6:.2f}M with head (paper {paper / 1e6}M, '
-          f'{100 * (params / paper - 1):+.2f}%)')
+    print(f'InfViT {arch} ({attn_types or "paper"}): {params / 1e6:.2f}M with head '
+          f'(paper {paper / 1e6}M, {100 * (params / paper - 1):+.2f}%)')
     assert abs(params / paper - 1) < 0.03
 
 
