@@ -46,16 +46,24 @@ def _datasets(dataset):
                 yield from _datasets(d)
 
 
+def _transforms(pipeline):
+    """The transforms of a pipeline and those nested in them (RandomChoice)."""
+    for t in pipeline:
+        yield t
+        for branch in t.get('transforms', []):
+            yield from _transforms(branch if isinstance(branch, list) else [branch])
+
+
 def shrink_inputs(cfg, target):
     """Scale every input size so the train pipeline's short side is ``target``."""
     train = [t for d in _datasets(cfg.train_dataloader.dataset)
-             for t in d.get('pipeline', [])]
+             for t in _transforms(d.get('pipeline', []))]
     ref = min(s for t in train for k in SIZE_KEYS
               for s in _short_sides(t.get(k)))
     factor = min(target / ref, 1.)
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         for d in _datasets(cfg[loader].dataset):
-            for t in d.get('pipeline', []):
+            for t in _transforms(d.get('pipeline', [])):
                 for k in SIZE_KEYS:
                     if k in t:
                         t[k] = _scaled(t[k], factor)

@@ -30,8 +30,14 @@ def test_configs_found():
     assert 'upernet_sola-t-gdn_toy-ade.py' in names  # tools/demo.py
 
 
+def _param(path):
+    """300M-parameter InfViT-24L configs: minutes an iteration on 2 cores, slow."""
+    return pytest.param(path, marks=pytest.mark.slow) if '-24l_' in path.name else path
+
+
 @pytest.mark.parametrize(
-    'path', CONFIGS, ids=[str(p.relative_to(CONFIG_ROOT)) for p in CONFIGS])
+    'path', [_param(p) for p in CONFIGS],
+    ids=[str(p.relative_to(CONFIG_ROOT)) for p in CONFIGS])
 def test_config_trains_one_iteration(path, toy_data, tmp_path):
     cfg = toy_config(path, toy_data, tmp_path)
     assert 'mmhybrid' in cfg.custom_imports['imports']

@@ -4,11 +4,11 @@ import importlib
 
 import pytest
 import torch
-import torch.nn as nn
+from mmcv.cnn.bricks.transformer import PatchMerging
 from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
-from mmhybrid.layers import (CrossShapedWindowAttention, ELFATTAttention,
+from mmhybrid.layers import (ConvMerging, CrossShapedWindowAttention, ELFATTAttention,
                              GlobalAttention, ShiftedWindowAttention)
 from mmhybrid.models.backbones import CSWin, SwinELFATT
 from mmhybrid.utils import register_scope
@@ -20,7 +20,7 @@ TINY = {
     CSWin: dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 2, 4, 4),
                 split_sizes=(1, 2, 2, 2)),
 }
-TINY_BLOCKS = (8, 8, 16, 8)
+TINY_BLOCKS = (4, 4, 16, 4)  # 2x2, 2x2, 4x4, 2x2 windows
 BACKBONES = [SwinELFATT, CSWin]
 
 
@@ -46,9 +46,14 @@ def test_default_plan_is_the_papers():
     E, G = ELFATTAttention, GlobalAttention
     swin = SwinELFATT(arch='t')
     assert attn_types(swin) == [[E] * 2, [E] * 2, [G, E] * 3, [G] * 2]
+    assert [s.blocks[-1].attn.window for s in swin.stages[:3]] == [(14, 14)] * 3
     cswin = CSWin(arch='t')
     assert attn_types(cswin) == [[E] * 2, [E] * 4, [G, E] * 9, [G]]
     assert [s.blocks[-1].attn.block_size for s in cswin.stages[:3]] == [49, 49, 196]
+    cswin_b = CSWin(arch='b', depths=(1, 1, 1, 1), attn='E,E,E,G')
+    assert [s.blocks[-1].attn.block_size for s in cswin_b.stages[:3]] == [196] * 3
+    assert [s.blocks[-1].attn.window for s in cswin.stages[:3]] == [(7, 7), (7, 7),
+                                                                    (14, 14)]
     assert cswin.stages[0].blocks[0].attn.global_heads == 1  # 2 heads, 1:1
 
 
@@ -65,10 +70,15 @@ def test_local_plans_are_plain_swin_and_cswin():
 
 
 def test_table_4_to_7_variants_by_config():
-    m = tiny(CSWin, attn='E,E,E,E', block_sizes=(4, 8, 16, 4), global_ratio=0.25,
+    m = tiny(CSWin, attn='E,E,E,E', block_sizes=(4, 9, 16, 4), global_ratio=0.25,
              lepe=False)
     attn = m.stages[1].blocks[0].attn
-    assert attn.block_size == 8 and attn.global_channels == 8 and attn.lepe is None
+    assert attn.block_size == 9 and attn.global_channels == 8 and attn.lepe is None
+    assert attn.block_layout == '2d' and attn.window == (3, 3)
+    raster = tiny(CSWin, attn='E,E,E,E', block_sizes=(4, 8, 16, 4), block_layout='1d')
+    assert raster.stages[1].blocks[0].attn.block_layout == '1d'
+    rect = tiny(CSWin, block_sizes=(4, 8, 16, 4))  # a non-square block: 2x4 windows
+    assert rect.stages[1].blocks[0].attn.window == (2, 4)
     assert attn_types(tiny(CSWin, attn='E,G,G,G'))[1] == [GlobalAttention] * 2
     eff = tiny(SwinELFATT, attn='effatt').stages[0].blocks[0].attn
     assert eff.local_heads == 0 and eff.global_heads == 2
@@ -78,10 +88,11 @@ def test_table_4_to_7_variants_by_config():
     assert kinds[2] == [ELFATTAttention, ShiftedWindowAttention]
 
 
-# Table 1: ImageNet classifiers (backbone + 1000-class linear head), millions.
-PAPER_PARAMS = {('CSWin', 't'): 20, ('CSWin', 'b'): 73, ('SwinELFATT', 't'): 30,
-                ('SwinELFATT', 'b'): 91}
-PLAIN_PARAMS = {'t': 28, 'b': 88}  # Swin-T/B LOCAL/GLOBAL/EFFATT rows
+# Table 1: ImageNet classifiers (backbone + 1000-class linear head), millions:
+# (ELFATT row, LOCAL / GLOBAL / EFFATT rows). Swin's ELFATT models merge patches
+# with 3x3/2 convs, the others linearly (see docs/design.md, "ELFATT").
+TABLE1 = {('CSWin', 't'): (20, 20), ('CSWin', 'b'): (73, 73),
+          ('SwinELFATT', 't'): (30, 28), ('SwinELFATT', 'b'): (91, 88)}
 
 
 @pytest.mark.parametrize('cls', BACKBONES)
@@ -90,15 +101,32 @@ def test_params_next_to_table1(cls, arch):
     counts = {}
     for attn in ('elfatt', 'local', 'global', 'effatt'):
         model = cls(arch=arch, attn=attn, out_indices=(3, ))
-        head = nn.Linear(model.num_features[3], 1000)
-        counts[attn] = (count(model) + count(head)) / 1e6
-    paper = PAPER_PARAMS[(cls.__name__, arch)]
+        counts[attn] = (count(model) + model.num_features[3] * 1001) / 1e6
+    elfatt, others = TABLE1[(cls.__name__, arch)]
+    paper = {k: elfatt if k == 'elfatt' else others for k in counts}
     print(f'{cls.__name__}-{arch.upper()}: ' + ', '.join(
-        f'{k.upper()} {v:.2f}M' for k, v in counts.items()) + f' | Table 1 ELFATT {paper}M')
-    if cls is CSWin:
-        assert all(round(v) == paper for v in counts.values())
-    else:  # see docs/design.md: the paper's +2-3M for Swin-ELFATT is not explained
-        assert all(round(v) == PLAIN_PARAMS[arch] for v in counts.values())
+        f'{k.upper()} {v:.2f}M (Table 1: {paper[k]}M)' for k, v in counts.items()))
+    assert {k: round(v) for k, v in counts.items()} == paper
+
+
+def test_swin_downsample_choice():
+    """ELFATT plans merge with convs; other plans, converted official weights and
+    downsample='linear' merge linearly (mmdet's PatchMerging)."""
+    def swin(**kwargs):
+        model = SwinELFATT(arch=TINY[SwinELFATT], block_sizes=TINY_BLOCKS, **kwargs)
+        kinds = {type(s.downsample) for s in model.stages[:3]}
+        assert len(kinds) == 1
+        return model.downsample, kinds.pop()
+
+    assert swin() == swin(attn='E,G,G,G') == ('conv', ConvMerging)
+    assert swin(attn='local', downsample='conv') == ('conv', ConvMerging)
+    for kwargs in (dict(attn='local'), dict(attn='effatt'), dict(attn='global'),
+                   dict(downsample='linear'), dict(convert_weights=True)):
+        assert swin(**kwargs) == ('linear', PatchMerging), kwargs
+    with pytest.raises(ValueError, match="downsample='linear'"):
+        swin(downsample='conv', convert_weights=True)
+    with pytest.raises(ValueError, match='downsample must be'):
+        swin(downsample='pool')
 
 
 # ------------------------------------------------------- backbone behaviour

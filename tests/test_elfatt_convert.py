@@ -10,6 +10,7 @@ from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
 from mmhybrid.models.backbones import CSWin, SwinELFATT
+from mmhybrid.models.backbones import swin_elfatt as swin_module
 from mmhybrid.models.utils import (convert_checkpoint_file, convert_cswin,
                                    convert_swin, load_pretrained)
 from mmhybrid.utils import register_scope
@@ -105,6 +106,9 @@ def official_cswin(arch, num_classes=7):
 
 CASES = {
     'swin': (SwinELFATT, SWIN, official_swin, convert_swin, dict(window_size=4)),
+    # an ELFATT Swin takes Swin's linear merging only when asked to
+    'swin-linear': (SwinELFATT, SWIN, official_swin, convert_swin,
+                    dict(window_size=4, downsample='linear')),
     'cswin': (CSWin, CSWIN, official_cswin, convert_cswin, {}),
 }
 
@@ -126,22 +130,41 @@ def test_elfatt_variant_loads_every_matching_tensor(name, tmp_path):
     sd = official(arch)
     path = tmp_path / 'official.pth'
     torch.save({'model': sd}, path)
-    model = cls(arch=arch, attn='elfatt', out_indices=(3, ), block_sizes=(8, 8, 16, 8),
+    model = cls(arch=arch, attn='elfatt', out_indices=(3, ), block_sizes=(4, 4, 16, 4),
                 **kw)
     missing, unexpected = load_pretrained(model, str(path),
                                           converter=model.convert_checkpoint)
     converted = convert(sd)
     own = model.state_dict()
-    shared = [k for k in converted if k in own]
-    assert sorted(missing) == sorted(k for k in own if k not in converted)
+    shared = [k for k in converted if k in own and own[k].shape == converted[k].shape]
+    mismatched = [k for k in converted if k in own and k not in shared]
+    assert set(missing) == {k for k in own if k not in converted} | set(mismatched)
     for k in shared:
         assert torch.equal(own[k], converted[k]), k
     if cls is SwinELFATT:  # ELFATT/global blocks add LePE, drop the bias table
-        assert missing and all('.attn.lepe.' in k for k in missing)
-        assert unexpected and all(k.endswith('relative_position_bias_table')
-                                  for k in unexpected)
+        merges = {k for k in own if '.downsample.' in k}
+        conv = model.downsample == 'conv'  # merge tensors stay at their init
+        assert conv == (name == 'swin') and conv == any('downsample.conv' in k
+                                                         for k in merges)
+        assert missing and all('.attn.lepe.' in k or (conv and k in merges)
+                               for k in missing)
+        assert unexpected and all(k.endswith('relative_position_bias_table') or (
+            conv and '.downsample.' in k) for k in unexpected)
     else:  # same tensors, only the attention computation changes
         assert missing == [] and unexpected == []
+
+
+def test_conv_merging_swin_says_official_merges_do_not_load(monkeypatch):
+    messages = []
+    monkeypatch.setattr(swin_module, 'print_log',
+                        lambda msg, **kwargs: messages.append(msg))
+    sd = official_swin(SWIN)
+    for downsample in ('linear', 'conv'):
+        model = SwinELFATT(arch=SWIN, window_size=4, block_sizes=(4, 4, 16, 4),
+                           downsample=downsample)
+        assert model.convert_checkpoint(sd).keys() == convert_swin(sd).keys()
+        assert len(messages) == (downsample == 'conv')
+    assert "downsample='linear'" in messages[0]
 
 
 def test_swin_patch_merging_order():

@@ -60,8 +60,9 @@ def _unheads(t):
 
 @pytest.mark.parametrize('dims,heads,ratio,block', [(32, 4, 0.5, 8), (24, 3, 0.5, 5),
                                                     (32, 2, 0.25, 16)])
-def test_elfatt_module_matches_eq11(dims, heads, ratio, block):
-    attn = ELFATTAttention(dims, heads, block_size=block, global_ratio=ratio).double()
+def test_elfatt_1d_layout_matches_eq11(dims, heads, ratio, block):
+    attn = ELFATTAttention(dims, heads, block_size=block, global_ratio=ratio,
+                           block_layout='1d').double()
     hw = (5, 7)
     x = torch.randn(2, 35, dims, dtype=torch.float64)
     q, k, v = attn.qkv(x).chunk(3, dim=-1)
@@ -73,13 +74,63 @@ def test_elfatt_module_matches_eq11(dims, heads, ratio, block):
     torch.testing.assert_close(attn(x, hw), attn.proj(expected))
 
 
+@pytest.mark.parametrize('dims,heads,ratio,block,hw', [
+    (32, 4, 0.5, 9, (7, 8)),      # Eq. 9 split, ragged right and bottom windows
+    (24, 3, 0.5, 4, (5, 6)),      # Eq. 8 split (heads cut by channels)
+    (32, 2, 0.25, 16, (3, 10)),   # Table 7 ratio; windows taller than the map
+    (16, 2, 0.0, 9, (6, 6)),      # blockify only
+    (16, 2, 0.5, 8, (5, 9)),      # non-square block: 2x4 windows
+])
+def test_elfatt_2d_layout_matches_window_loop(dims, heads, ratio, block, hw):
+    """Eq. 10 with square windows: exact softmax and LePE inside each window for
+    the local channels, EFFATT and LePE on the whole image for the global ones."""
+    attn = ELFATTAttention(dims, heads, block_size=block, global_ratio=ratio).double()
+    wh, ww = attn.window
+    assert attn.block_layout == '2d' and wh * ww == block and wh <= ww
+    H, W = hw
+    x = torch.randn(2, H * W, dims, dtype=torch.float64)
+    q, k, v = attn.qkv(x).chunk(3, dim=-1)
+    (hg, dg), (hl, dl) = split_elfatt_heads(dims, heads, ratio)
+    c1 = hg * dg
+    out = torch.zeros(2, dims, H, W, dtype=torch.float64)
+    if c1:
+        glob = _unheads(naive_effatt(*(_heads(t[..., :c1], hg) for t in (q, k, v))))
+        out[:, :c1] = (glob + _lepe(attn, v, hw)[..., :c1]).transpose(1, 2).reshape(
+            2, c1, H, W)
+    img = [t[..., c1:].transpose(1, 2).reshape(2, dims - c1, H, W) for t in (q, k, v)]
+    for r in range(0, H, wh):
+        for c in range(0, W, ww):
+            qs, ks, vs = (t[:, :, r:r + wh, c:c + ww] for t in img)
+            h_, w_ = vs.shape[2:]
+            tokens = [_heads(t.flatten(2).transpose(1, 2), hl) for t in (qs, ks, vs)]
+            o = _unheads(_naive_softmax(*tokens)).transpose(1, 2).reshape(2, -1, h_, w_)
+            o = o + F.conv2d(vs, attn.lepe.weight[c1:], attn.lepe.bias[c1:], padding=1,
+                             groups=dims - c1)
+            out[:, c1:, r:r + wh, c:c + ww] = o
+    expected = attn.proj(out.flatten(2).transpose(1, 2))
+    torch.testing.assert_close(attn(x, hw), expected)
+
+
+def test_block_windows_and_errors():
+    windows = {bs: ELFATTAttention(16, 2, block_size=bs).window
+               for bs in (49, 196, 4, 8, 12, 7)}
+    assert windows == {49: (7, 7), 196: (14, 14), 4: (2, 2), 8: (2, 4), 12: (3, 4),
+                       7: (1, 7)}
+    with pytest.raises(ValueError, match='block_layout'):
+        ELFATTAttention(16, 2, block_layout='3d')
+    with pytest.raises(ValueError, match='block_size'):
+        ELFATTAttention(16, 2, block_size=0)
+
+
 def test_elfatt_extremes_are_effatt_and_global():
     x = torch.randn(2, 30, 16, dtype=torch.float64)
     hw = (5, 6)
-    full_block = ELFATTAttention(16, 2, block_size=64, global_ratio=0.).double()
     vanilla = GlobalAttention(16, 2).double()
-    vanilla.load_state_dict(full_block.state_dict())
-    torch.testing.assert_close(full_block(x, hw), vanilla(x, hw))
+    for layout in ('1d', '2d'):
+        full_block = ELFATTAttention(16, 2, block_size=64, global_ratio=0.,
+                                     block_layout=layout).double()
+        full_block.load_state_dict(vanilla.state_dict())
+        torch.testing.assert_close(full_block(x, hw), vanilla(x, hw))
     eff = ELFATTAttention(16, 2, global_ratio=1.).double()
     q, k, v = eff.qkv(x).chunk(3, dim=-1)
     expected = _unheads(naive_effatt(*(_heads(t, 2) for t in (q, k, v))))

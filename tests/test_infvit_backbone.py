@@ -27,16 +27,17 @@ def count(model):
     return sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize('arch', sorted(PAPER_PARAMS))
-def test_params_match_paper(arch):
+@pytest.mark.parametrize('arch,attn_types', [(a, None) for a in sorted(PAPER_PARAMS)] + [
+    ('pure-4l', 'S'), ('pure-24l', 'S')])  # Table 1's "Standard ViT" rows: 57.7M / 330.6M
+def test_params_match_paper(arch, attn_types):
     """Table 1/3 count the classifier: backbone + a 1000-way linear head."""
     with torch.device('meta'):
-        model = InfViT(arch=arch)
+        model = InfViT(arch=arch, attn_types=attn_types)
     dims = ARCH_SETTINGS[arch]['embed_dims']
     params = count(model) + dims * 1000 + 1000
     paper = PAPER_PARAMS[arch]
-    print(f'InfViT {arch}: {params / 1e6:.2f}M with head (paper {paper / 1e6}M, '
-          f'{100 * (params / paper - 1):+.2f}%)')
+    print(f'InfViT {arch} ({attn_types or "paper"}): {params / 1e6:.2f}M with head '
+          f'(paper {paper / 1e6}M, {100 * (params / paper - 1):+.2f}%)')
     assert abs(params / paper - 1) < 0.03
 
 
@@ -71,9 +72,10 @@ def attention_reference(attn, x, hw_shape):
     k = q if attn.k is None else heads(attn.k(x))
     v = heads(attn.v(x))
     gamma = torch.sigmoid(attn.gamma_logit)[:, None, None]
-    if attn.variant == 'pure':
-        z = naive_pure_infsa(q, k, v) * gamma**attn.depth
-    else:
+    if attn.variant == 'pure':  # Eq. 12; 'depth': Eq. 23's gamma^t on layer t
+        t = attn.depth if attn.discount == 'depth' else 1
+        z = naive_pure_infsa(q, k, v) * gamma**t
+    else:  # Eq. 21: w = gamma a
         z = naive_linear_infsa(q, k, v) * gamma
     z = z.transpose(1, 2).reshape(B, N, C)
     if attn.lepe is not None:
@@ -84,12 +86,13 @@ def attention_reference(attn, x, hw_shape):
     return attn.proj(z)
 
 
-@pytest.mark.parametrize('variant,tie_qk', [('pure', False), ('pure', True),
-                                            ('linear', True), ('linear', False)])
+@pytest.mark.parametrize('variant,tie_qk,discount', [
+    ('pure', False, 'layer'), ('pure', True, 'layer'), ('pure', False, 'depth'),
+    ('linear', True, 'layer'), ('linear', False, 'layer'), ('linear', True, 'depth')])
 @pytest.mark.parametrize('local_path', [None, 'lepe'])
-def test_attention_matches_reference_and_gamma_trains(variant, tie_qk,
+def test_attention_matches_reference_and_gamma_trains(variant, tie_qk, discount,
                                                       local_path):
-    attn = InfSAttention(24, 3, variant, tie_qk=tie_qk, depth=3,
+    attn = InfSAttention(24, 3, variant, tie_qk=tie_qk, depth=3, discount=discount,
                          local_path=local_path).double()
     assert (attn.k is None) == tie_qk
     x = torch.randn(2, 1 + 5 * 7, 24, dtype=torch.float64)
@@ -102,6 +105,20 @@ def test_attention_matches_reference_and_gamma_trains(variant, tie_qk,
     assert attn.gamma_logit.grad.abs().min() > 0
     torch.testing.assert_close(attn.gamma, torch.full((3, ), 0.7,
                                                       dtype=torch.float64))
+
+
+def test_discount_keeps_deep_layers_alive_at_init():
+    """Default: every layer scales its attention by gamma = 0.7 once (the public
+    code's per-layer rho), so the 24th layer of pure-24l starts at 0.7, not at
+    0.7^24 = 2e-4 as with the literal per-depth discount."""
+    arch = dict(embed_dims=16, depth=24, num_heads=2, mlp_ratio=1., attn_types='P')
+    for discount, last in (('layer', 0.7), ('depth', 0.7**24)):
+        with torch.device('meta'):
+            model = InfViT(arch=arch, discount=discount)
+        scales = [layer.attn.gamma_init**layer.attn.power for layer in model.layers]
+        assert scales[0] == pytest.approx(0.7) and scales[-1] == pytest.approx(last)
+    with pytest.raises(ValueError, match='discount'):
+        InfSAttention(16, 2, discount='path')
 
 
 def test_linear_layers_build_no_token_by_token_matrix():
@@ -192,18 +209,20 @@ def public_layout(model, rho_logit):
     return out
 
 
-def test_converter_from_public_infsa_layout(tmp_path):
-    src = tiny(out_indices=(2, ), tie_qk=False)
+@pytest.mark.parametrize('discount', ['layer', 'depth'])
+def test_converter_from_public_infsa_layout(tmp_path, discount):
+    src = tiny(out_indices=(2, ), tie_qk=False, discount=discount)
     for p in src.parameters():
         p.data.normal_()
     path = tmp_path / 'public.pth'
     torch.save(public_layout(src, 1.5), path)
-    dst = tiny(out_indices=(2, ), tie_qk=False,
+    dst = tiny(out_indices=(2, ), tie_qk=False, discount=discount,
                init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     rho = torch.sigmoid(torch.tensor(1.5))
     for i, layer in enumerate(dst.layers):
-        t = layer.attn.depth if layer.attn.variant == 'pure' else 1
-        # rho scales the attention of each public layer once: gamma^t == rho
+        pure_depth = discount == 'depth' and layer.attn.variant == 'pure'
+        t = layer.attn.depth if pure_depth else 1
+        # rho scales the attention of each public layer once: gamma^power == rho
         torch.testing.assert_close(layer.attn.gamma**t, rho.expand(4))
         torch.testing.assert_close(layer.attn.v.weight, src.layers[i].attn.v.weight)
     x = torch.randn(1, 3, 32, 32)

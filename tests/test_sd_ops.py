@@ -65,6 +65,11 @@ def test_agent_attention_matches_reference(B, h, N, n, d):
     torch.testing.assert_close(agent_attention(q, k, v, a), naive_agent_attention(q, k, v, a))
     torch.testing.assert_close(agent_attention(q, k, v, a, scale=0.3),
                                naive_agent_attention(q, k, v, a, scale=0.3))
+    # Agent-SD's extras: broadcast scale d^(-0.5 * 0.3), V shortcut 0.075
+    extras = dict(broadcast_scale=d ** (-0.5 * 0.3), shortcut=0.075)
+    out = agent_attention(q, k, v, a, **extras)
+    torch.testing.assert_close(out, naive_agent_attention(q, k, v, a, **extras))
+    assert not torch.allclose(out, agent_attention(q, k, v, a))
 
 
 def test_agent_attention_bf16_and_gradients():
@@ -92,11 +97,12 @@ def _naive_pool(x, hw, grid):
                         for c0, c1 in cols], dim=1)
 
 
-@pytest.mark.parametrize('hw,num', [((8, 8), None), ((7, 9), None), ((6, 10), 15), ((5, 5), 1)])
+@pytest.mark.parametrize('hw,num', [((8, 8), None), ((7, 9), None), ((64, 64), None),
+                                    ((6, 10), 15), ((5, 5), 1)])
 def test_agent_pooling(hw, num):
     grid = agent_grid(hw, num)
-    if num is None:
-        assert grid == (-(-hw[0] // 2), -(-hw[1] // 2))
+    if num is None:  # N/16 agents, Agent-SD's count: one per 4x4 window
+        assert grid == (-(-hw[0] // 4), -(-hw[1] // 4))
     else:
         assert abs(grid[0] * grid[1] - num) <= max(grid)
     x = torch.randn(2, hw[0] * hw[1], 3, dtype=torch.float64)

@@ -125,7 +125,8 @@ def _naive_pool(x, hw, grid):
         for i in range(gh) for j in range(gw)], dim=1)
 
 
-def naive_processor(attn, h, hw, ratio, mode, block_size, agent_tokens):
+def naive_processor(attn, h, hw, ratio, mode, block_size, agent_tokens, k_scale2=1.,
+                    k_shortcut=0.):
     """ToMe merge -> ELFATT-SD (or agent) attention -> to_out -> unmerge, written
     out with the naive references (dst = top-left token of each 2x2 window)."""
     B, N, C = h.shape
@@ -139,7 +140,9 @@ def naive_processor(attn, h, hw, ratio, mode, block_size, agent_tokens):
     gh = round(math.sqrt(agent_tokens * hw[0] / hw[1]))
     agents = split(attn.to_q(_naive_pool(h, hw, (gh, round(agent_tokens / gh)))))
     g = heads if mode == 'agent' else heads // 2
-    out = torch.cat([naive_agent_attention(q[:, :g], k[:, :g], v[:, :g], agents[:, :g]),
+    extras = dict(broadcast_scale=attn.scale**k_scale2, shortcut=k_shortcut)
+    out = torch.cat([naive_agent_attention(q[:, :g], k[:, :g], v[:, :g], agents[:, :g],
+                                           **extras),
                      naive_block_attention(q[:, g:], k[:, g:], v[:, g:], block_size)], dim=1)
     out = attn.to_out[0](out.transpose(1, 2).reshape(B, -1, C))
     full = torch.empty(B, N, C, dtype=out.dtype)
@@ -149,9 +152,12 @@ def naive_processor(attn, h, hw, ratio, mode, block_size, agent_tokens):
     return full
 
 
-@pytest.mark.parametrize('mode,ratio,block_size', [('elfatt', 0.5, 24), ('elfatt', 0.3, 64),
-                                                   ('elfatt', 0.0, 40), ('agent', 0.5, 24)])
-def test_processor_matches_naive_reference(mode, ratio, block_size):
+@pytest.mark.parametrize('mode,ratio,block_size,extras', [
+    ('elfatt', 0.5, 24, {}), ('elfatt', 0.3, 64, {}), ('elfatt', 0.0, 40, {}),
+    ('agent', 0.5, 24, dict(k_scale2=0.3, k_shortcut=0.075)),  # Agent-SD's terms
+    ('elfatt', 0.5, 24, dict(k_scale2=0.3, k_shortcut=0.075)),
+])
+def test_processor_matches_naive_reference(mode, ratio, block_size, extras):
     attn = tiny_unet().double().get_submodule(FULL_RES_ATTN[0][:-len('.processor')])
     scheduler = ddim(5)
     tracker = StepTracker(0.2, lambda: scheduler)
@@ -160,11 +166,12 @@ def test_processor_matches_naive_reference(mode, ratio, block_size):
     assert tracker.elfatt_active
     attn.set_processor(ToMeElfattProcessor(attn.processor, tracker, ratio, mode, block_size,
                                            agent_tokens=16, max_downsample=1, stride=(2, 2),
-                                           use_rand=False))
+                                           use_rand=False, **extras))
     h = torch.randn(2, LATENT * LATENT, 32, dtype=torch.float64)
     with torch.no_grad():
         out = attn(h)
-        ref = naive_processor(attn, h, (LATENT, LATENT), ratio, mode, block_size, 16)
+        ref = naive_processor(attn, h, (LATENT, LATENT), ratio, mode, block_size, 16,
+                              **extras)
     torch.testing.assert_close(out, ref)
     # after the ELFATT steps: exact attention over the merged tokens (ToMe-SD)
     tracker(None, (sample, scheduler.timesteps[1]), {})
@@ -243,6 +250,20 @@ def test_bare_unet_patch_decides_from_the_timestep(monkeypatch):
     apply_patch(unet, ratio=0.0, elfatt_steps=0.2, num_train_timesteps=100)
     run(unet, torch.tensor(99))  # t >= 80 on a 100-step diffusion
     assert len(calls) == 2 * len(FULL_RES_ATTN)
+
+
+def test_agent_defaults_per_mode():
+    """N/16 agents by default; Eq. 18 (ELFATT-SD) has no Agent-SD extras, the
+    Agent-SD mode takes its code's k_scale2 = 0.3 and k_shortcut = 0.075."""
+    unet = tiny_unet()
+    for mode, extras in (('elfatt', (1., 0.)), ('agent', (0.3, 0.075))):
+        apply_patch(unet, mode=mode, elfatt_steps=0.)
+        proc = unet.attn_processors[FULL_RES_ATTN[0]]
+        assert (proc.agent_tokens, proc.k_scale2, proc.k_shortcut) == (None, *extras)
+    apply_patch(unet, mode='agent', k_scale2=1., k_shortcut=0., elfatt_steps=0.)
+    proc = unet.attn_processors[FULL_RES_ATTN[0]]
+    assert (proc.k_scale2, proc.k_shortcut) == (1., 0.)
+    remove_patch(unet)
 
 
 def tiny_tokenizer(tmp_path):

@@ -49,7 +49,7 @@ def parse_args():
                    help='ELFATT block sizes swept at the largest ratio (Table 11)')
     p.add_argument('--block-size', type=int, default=128, help='block size of the ratio sweep')
     p.add_argument('--agent-tokens', type=int, default=None,
-                   help='agents per layer (default: one per 2x2 window)')
+                   help='agents per layer (default: one per 4x4 window, N/16)')
     p.add_argument('--steps', type=int, default=50)
     p.add_argument('--elfatt-steps', type=float, default=0.2)
     p.add_argument('--repeats', type=int, default=5)

@@ -2,5 +2,5 @@ _base_ = ['./_base_/mask-rcnn_elfatt_fpn_ms-3x_coco.py']
 
 model = dict(
     backbone=dict(
-        type='mmhybrid.SwinELFATT', arch='t', attn='elfatt', drop_path_rate=0.3),
+        type='mmhybrid.SwinELFATT', arch='t', attn='elfatt', drop_path_rate=0.2),
     neck=dict(in_channels=[96, 192, 384, 768]))

@@ -3,6 +3,9 @@ from .processor import ToMeElfattProcessor
 from .step_tracker import StepTracker
 
 _PATCH_ATTR = '_mmhybrid_elfatt_patch'
+# (k_scale2, k_shortcut) defaults per mode: Eq. 18 has neither; Agent-SD's code
+# uses 0.3 and 0.075
+AGENT_EXTRAS = {'elfatt': (1., 0.), 'agent': (0.3, 0.075)}
 
 
 def _unet(pipe_or_unet):
@@ -18,8 +21,9 @@ def _is_patchable(name, attn):
 
 
 def apply_patch(pipe_or_unet, ratio=0.5, elfatt_steps=0.2, block_size=128,
-                agent_tokens=None, mode='elfatt', max_downsample=1, stride=(2, 2),
-                use_rand=True, seed=0, scheduler=None, num_train_timesteps=None):
+                agent_tokens=None, mode='elfatt', k_scale2=None, k_shortcut=None,
+                max_downsample=1, stride=(2, 2), use_rand=True, seed=0,
+                scheduler=None, num_train_timesteps=None):
     """Patch the self-attention of a Stable Diffusion UNet with ELFATT-SD.
 
     ToMe-SD token merging runs at every step; during the first ``elfatt_steps``
@@ -36,9 +40,16 @@ def apply_patch(pipe_or_unet, ratio=0.5, elfatt_steps=0.2, block_size=128,
             that use ELFATT-SD; 0 gives plain ToMe-SD.
         block_size (int): tokens per block of the local heads.
         agent_tokens (int, optional): agents of the global heads; None gives
-            one per 2x2 window of the latent grid (Agent-SD's count).
+            one per 4x4 window of the latent grid (N/16: 256 at 512^2, Agent-SD's
+            count in its agent steps).
         mode (str): ``'elfatt'`` (half the heads global, half local) or
             ``'agent'`` (every head agent attention, Agent-SD style).
+        k_scale2 (float, optional): the agent broadcast softmax uses the logit
+            scale ``d ** (-0.5 * k_scale2)``; None: 1 for ``'elfatt'`` (Eq. 18),
+            0.3 for ``'agent'`` (Agent-SD's code).
+        k_shortcut (float, optional): adds ``k_shortcut * V`` to the agent
+            heads' output; None: 0 for ``'elfatt'`` (Eq. 18), 0.075 for
+            ``'agent'`` (Agent-SD's code).
         max_downsample (int): patch layers whose grid is at most this many times
             smaller than the latent (1: the full-resolution blocks only).
         stride (tuple): (sy, sx) ToMe window holding one dst token.
@@ -60,8 +71,12 @@ def apply_patch(pipe_or_unet, ratio=0.5, elfatt_steps=0.2, block_size=128,
         raise ValueError(f'elfatt_steps must be in [0, 1], got {elfatt_steps}')
     if block_size < 1:
         raise ValueError(f'block_size must be >= 1, got {block_size}')
-    if mode not in ('elfatt', 'agent'):
+    if mode not in AGENT_EXTRAS:
         raise ValueError(f"mode must be 'elfatt' or 'agent', got {mode!r}")
+    if k_scale2 is None:
+        k_scale2 = AGENT_EXTRAS[mode][0]
+    if k_shortcut is None:
+        k_shortcut = AGENT_EXTRAS[mode][1]
     if scheduler is not None:
         def get_scheduler():
             return scheduler
@@ -85,7 +100,7 @@ def apply_patch(pipe_or_unet, ratio=0.5, elfatt_steps=0.2, block_size=128,
         if _is_patchable(name, attn):
             processor = ToMeElfattProcessor(processor, tracker, ratio, mode, block_size,
                                             agent_tokens, max_downsample, tuple(stride),
-                                            use_rand)
+                                            use_rand, k_scale2, k_shortcut)
         patched[name] = processor
     unet.set_attn_processor(patched)
     hook = unet.register_forward_pre_hook(tracker, with_kwargs=True)

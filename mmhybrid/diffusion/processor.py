@@ -17,14 +17,15 @@ class ToMeElfattProcessor:
     Eq. 18/19) or agent attention in every head (``mode='agent'``, Agent-SD);
     otherwise the wrapped original processor attends the merged tokens. Agents
     are the average-pooled queries of the full-resolution grid (pooled inputs
-    projected by ``to_q``, which is linear, so the same thing).
+    projected by ``to_q``, which is linear, so the same thing); ``k_scale2`` and
+    ``k_shortcut`` are Agent-SD's broadcast-scale exponent and V shortcut.
 
     Calls it does not change (other layers, masks, ratio 0 outside ELFATT
     steps) go to ``original`` untouched, so outputs stay bit-identical there.
     """
 
     def __init__(self, original, tracker, ratio, mode, block_size, agent_tokens,
-                 max_downsample, stride, use_rand):
+                 max_downsample, stride, use_rand, k_scale2=1., k_shortcut=0.):
         self.original = original
         self.tracker = tracker
         self.ratio = ratio
@@ -34,6 +35,8 @@ class ToMeElfattProcessor:
         self.max_downsample = max_downsample
         self.stride = stride
         self.use_rand = use_rand
+        self.k_scale2 = k_scale2
+        self.k_shortcut = k_shortcut
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None,
                  attention_mask=None, temb=None, *args, **kwargs):
@@ -85,6 +88,8 @@ class ToMeElfattProcessor:
             k = attn.norm_k(k)
         global_heads = heads if self.mode == 'agent' else heads // 2
         out = elfatt_sd_attention(q, k, v, agents[:, :global_heads], self.block_size,
-                                  global_heads, scale=attn.scale)
+                                  global_heads, scale=attn.scale,
+                                  broadcast_scale=attn.scale**self.k_scale2,
+                                  shortcut=self.k_shortcut)
         out = out.transpose(1, 2).flatten(2).to(q.dtype)
         return attn.to_out[1](attn.to_out[0](out))

@@ -1,8 +1,12 @@
 """ELFATT attention (Eq. 8-11): a global linear head beside a local blockify head."""
 import torch
+import torch.nn.functional as F
 
 from mmhybrid.ops import block_attention, effatt
+from mmhybrid.ops.elfatt import block_window, map_windows, window_block_attention
 from .image_attention import ImageAttention, from_heads, to_heads
+
+BLOCK_LAYOUTS = ('2d', '1d')
 
 
 def split_elfatt_heads(dims, num_heads, global_ratio):
@@ -41,27 +45,40 @@ class ELFATTAttention(ImageAttention):
 
     .. math::
         [\mathrm{softmax}(\bar Q)\mathrm{softmax}(\bar K)^\top \bar V + L(\bar V),\;
-         g(\mathrm{softmax}(f(\tilde Q) f(\tilde K)^\top/\sqrt d) f(\tilde V))
-         + L(\tilde V)]
+         g(\mathrm{softmax}(f(\tilde Q) f(\tilde K)^\top/\sqrt d) f(\tilde V)
+         + L(f(\tilde V)))]
 
-    The global head is :func:`mmhybrid.ops.effatt`, the local head
-    :func:`mmhybrid.ops.block_attention` over contiguous blocks of the row-major
-    token sequence. ``global_ratio`` is ``c1 / c`` (Table 7): 1 gives EFFATT,
-    0 a pure blockify attention.
+    The global head is :func:`mmhybrid.ops.effatt`. The blocks ``f`` of the local
+    head are, with ``block_layout='2d'``, windows of the token grid
+    (:func:`mmhybrid.ops.elfatt.window_block_attention`; square for square block
+    sizes, else the most square rectangle; shorter windows at the bottom/right
+    edge) with the local channels' LePE inside each window, ``L(f(V))`` of Eq. 10;
+    with ``'1d'``, runs of ``block_size`` tokens of the row-major sequence
+    (:func:`mmhybrid.ops.block_attention`) with LePE on the whole image (a 3x3
+    conv is undefined on a 1D run). ``global_ratio`` is ``c1 / c`` (Table 7): 1
+    gives EFFATT, 0 a pure blockify attention.
 
     Args:
-        block_size (int): tokens per block of the local head (Table 4).
+        block_size (int): tokens per block of the local head (Table 4): 49 = 7x7,
+            196 = 14x14 windows in the 2D layout (8 = 2x4).
         global_ratio (float): share of channels in the global head.
+        block_layout (str): ``'2d'`` windows or ``'1d'`` raster runs.
         **kwargs: see :class:`ImageAttention`.
     """
 
-    def __init__(self, dims, num_heads, block_size=49, global_ratio=0.5, **kwargs):
+    def __init__(self, dims, num_heads, block_size=49, global_ratio=0.5,
+                 block_layout='2d', **kwargs):
         super().__init__(dims, num_heads, **kwargs)
+        if block_layout not in BLOCK_LAYOUTS:
+            raise ValueError(f'block_layout must be one of {BLOCK_LAYOUTS}, '
+                             f'got {block_layout!r}')
         self.block_size = block_size
         self.global_ratio = global_ratio
+        self.block_layout = block_layout
         (self.global_heads, global_dims), (self.local_heads, _) = split_elfatt_heads(
             dims, num_heads, global_ratio)
         self.global_channels = self.global_heads * global_dims
+        self.window = block_window(block_size)  # (height, width) in the 2D layout
 
     def attend(self, q, k, v, hw_shape):
         c1 = self.global_channels
@@ -70,11 +87,39 @@ class ELFATTAttention(ImageAttention):
             outs.append(from_heads(effatt(
                 *(to_heads(t[..., :c1], self.global_heads) for t in (q, k, v)))))
         if self.local_heads:
-            outs.append(from_heads(block_attention(
-                *(to_heads(t[..., c1:], self.local_heads) for t in (q, k, v)),
-                self.block_size, scale=self.scale)))
+            local = [to_heads(t[..., c1:], self.local_heads) for t in (q, k, v)]
+            if self.block_layout == '2d':
+                out = window_block_attention(*local, hw_shape, self.window,
+                                             scale=self.scale)
+            else:
+                out = block_attention(*local, self.block_size, scale=self.scale)
+            outs.append(from_heads(out))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+
+    def positional(self, v, hw_shape):
+        """LePE: on the image for the global channels, inside each window for the
+        local ones (2D layout, ``L(f(V))`` of Eq. 10)."""
+        c1 = self.global_channels
+        if self.block_layout == '1d' or not self.local_heads:
+            return super().positional(v, hw_shape)
+        weight, bias = self.lepe.weight, self.lepe.bias
+
+        def window_conv(v, size):  # (B, 1, n*wh*ww, C) window-major tokens
+            B, _, L, C = v.shape
+            x = v.reshape(-1, *size, C).permute(0, 3, 1, 2)
+            x = F.conv2d(x, weight[c1:], bias[c1:], padding=1, groups=C)
+            return x.permute(0, 2, 3, 1).reshape(B, 1, L, C)
+
+        local = map_windows(window_conv, (v[..., c1:].unsqueeze(1), ), hw_shape,
+                            self.window).squeeze(1)
+        if not c1:
+            return local
+        B, N, _ = v.shape
+        image = v[..., :c1].transpose(1, 2).reshape(B, c1, *hw_shape)
+        image = F.conv2d(image, weight[:c1], bias[:c1], padding=1, groups=c1)
+        return torch.cat([image.flatten(2).transpose(1, 2), local], dim=-1)
 
     def extra_repr(self):
         return (f'global_heads={self.global_heads}, local_heads={self.local_heads}, '
-                f'global_channels={self.global_channels}, block_size={self.block_size}')
+                f'global_channels={self.global_channels}, block_size={self.block_size}, '
+                f'block_layout={self.block_layout!r}')

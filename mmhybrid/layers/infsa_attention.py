@@ -3,19 +3,23 @@
 Both variants scale every head by a discount ``gamma`` in (0, 1), learnt through a
 sigmoid as a (heads,) tensor (so it receives gradients):
 
-* ``'pure'`` (Eq. 11-12, 23): ``Z = gamma^t ReLU(QK^T/sqrt(d)) / (||.||_F + eps) V``
-  where ``t`` is the 1-based depth of the layer in the backbone. The Pre-LN
-  residual stream is the accumulator of Eq. 23: after L layers it holds
-  ``x_0 + sum_t W_o^(t) gamma^t Z^(t)`` (+ the MLP branches), i.e.
-  ``S_L = sum_t gamma^t Z^(t)`` seen through each layer's output projection.
+* ``'pure'`` (Eq. 11-12): ``Z = gamma ReLU(QK^T/sqrt(d)) / (||.||_F + eps) V``.
 * ``'linear'`` (Eq. 16-21): the pooled context ``h = sum_t gamma a_t V_t`` (``w =
   gamma a``) with tied ``Q = K`` by default, broadcast to every token after the
   output projection (computed once per image, not per token).
 
+Eq. 9 / 23's depth discount, ``sum_t gamma^t A^(t) ... A^(1) X``: with the default
+``discount='layer'`` every layer applies its gamma once, as the public code does
+with its per-layer ``rho``, and a path through t attention layers of the Pre-LN
+residual stack (the accumulator) collects ``gamma^t`` by composition.
+``discount='depth'`` is the literal reading instead: a pure layer at depth ``t``
+scales its own output by ``gamma^t`` (0.7^24 = 2e-4 for the 24th layer at
+initialisation; see docs/design.md, "InfViT").
+
 ``local_path='lepe'`` adds a 3x3 depth-wise convolution of V (CSWin's locally
 enhanced positional encoding) to the head outputs before the projection, a
 per-token term that the broadcast linear context lacks (mmhybrid's addition for
-dense prediction, off by default; see docs/infvit.md).
+dense prediction; see docs/infvit.md).
 """
 import math
 
@@ -27,6 +31,7 @@ from mmhybrid.ops.infsa import linear_infsa_context
 
 VARIANTS = ('pure', 'linear')
 LOCAL_PATHS = (None, 'lepe')
+DISCOUNTS = ('layer', 'depth')
 
 
 def gamma_to_logit(gamma):
@@ -42,7 +47,9 @@ class InfSAttention(nn.Module):
         tie_qk (bool, optional): share the query and key projection; default True
             for ``'linear'`` (the paper's form), False for ``'pure'``.
         gamma_init (float): initial discount (Table 4 picks 0.7).
-        depth (int): 1-based layer depth ``t``; pure layers are scaled by gamma^t.
+        depth (int): 1-based layer depth ``t`` in the backbone.
+        discount (str): ``'layer'`` scales the output by gamma; ``'depth'``
+            scales a pure layer's output by gamma^t (linear layers: gamma).
         local_path (str, optional): None or ``'lepe'``.
         eps (float): the epsilon of Eq. 11 and 17/20.
 
@@ -51,11 +58,13 @@ class InfSAttention(nn.Module):
     """
 
     def __init__(self, dims, num_heads, variant='pure', tie_qk=None,
-                 qkv_bias=True, gamma_init=0.7, depth=1, local_path=None,
-                 eps=1e-6):
+                 qkv_bias=True, gamma_init=0.7, depth=1, discount='layer',
+                 local_path=None, eps=1e-6):
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f'unknown InfSA variant {variant!r}; use {VARIANTS}')
+        if discount not in DISCOUNTS:
+            raise ValueError(f'unknown discount {discount!r}; use {DISCOUNTS}')
         if local_path not in LOCAL_PATHS:
             raise ValueError(f'unknown local_path {local_path!r}; use {LOCAL_PATHS}')
         if dims % num_heads:
@@ -66,6 +75,7 @@ class InfSAttention(nn.Module):
         self.variant = variant
         self.num_heads = num_heads
         self.depth = depth
+        self.discount = discount
         self.eps = eps
         self.gamma_init = gamma_init
         self.tie_qk = variant == 'linear' if tie_qk is None else tie_qk
@@ -82,6 +92,11 @@ class InfSAttention(nn.Module):
     def gamma(self):
         """(heads,) discount in (0, 1)."""
         return torch.sigmoid(self.gamma_logit)
+
+    @property
+    def power(self):
+        """The exponent of gamma in this layer's output scale."""
+        return self.depth if self.discount == 'depth' and self.variant == 'pure' else 1
 
     def reset_gamma(self):
         nn.init.constant_(self.gamma_logit, gamma_to_logit(self.gamma_init))
@@ -105,11 +120,10 @@ class InfSAttention(nn.Module):
         k = q if self.k is None else self._heads(self.k(x))
         v_tokens = self.v(x)
         v = self._heads(v_tokens)
+        scale = self.gamma.pow(self.power).to(v.dtype)[:, None, None]
         if self.variant == 'pure':
-            scale = self.gamma.pow(self.depth).to(v.dtype)[:, None, None]
             out = pure_infsa(q, k, v, eps=self.eps) * scale
         else:
-            scale = self.gamma.to(v.dtype)[:, None, None]
             out = linear_infsa_context(q, k, v, eps=self.eps) * scale
         out = out.transpose(1, 2).reshape(B, -1, C)
         if self.lepe is not None:

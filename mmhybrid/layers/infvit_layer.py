@@ -17,13 +17,14 @@ class InfViTLayer(nn.Module):
     Args:
         attn_type (str): ``'pure'`` / ``'linear'`` InfSA, or ``'softmax'`` (the
             standard ViT baseline of equal depth, for comparisons).
-        tie_qk, gamma_init, depth, local_path: see :class:`InfSAttention`.
+        tie_qk, gamma_init, depth, discount, local_path: see
+            :class:`InfSAttention`.
     """
 
     def __init__(self, dims, num_heads, attn_type='linear', mlp_ratio=4.,
                  qkv_bias=True, tie_qk=None, gamma_init=0.7, depth=1,
-                 local_path=None, drop_path=0., layer_scale_init_value=None,
-                 norm_cfg=dict(type='LN', eps=1e-6)):
+                 discount='layer', local_path=None, drop_path=0.,
+                 layer_scale_init_value=None, norm_cfg=dict(type='LN', eps=1e-6)):
         super().__init__()
         if attn_type not in ATTN_TYPES.values():
             raise ValueError(f'unknown attn_type {attn_type!r}; use '
@@ -35,7 +36,8 @@ class InfViTLayer(nn.Module):
         else:
             self.attn = InfSAttention(
                 dims, num_heads, attn_type, tie_qk=tie_qk, qkv_bias=qkv_bias,
-                gamma_init=gamma_init, depth=depth, local_path=local_path)
+                gamma_init=gamma_init, depth=depth, discount=discount,
+                local_path=local_path)
         self.ls1 = LayerScale(dims, layer_scale_init_value)
         self.norm2 = build_norm_layer(norm_cfg, dims)[1]
         self.ffn = Mlp(dims, mlp_ratio)

@@ -11,6 +11,9 @@ model = dict(
         type='mmhybrid.CSWin',
         arch='t',
         attn='elfatt',
+        # 14x14 windows in stages 1-3: the block sizes that reproduce the
+        # attention FLOPs of Tables 2-3 (docs/design.md, "ELFATT")
+        block_sizes=(196, 196, 196, 49),
         out_indices=(0, 1, 2, 3),
         with_cp=False))
 

@@ -41,6 +41,8 @@ class HierarchicalAttentionBackbone(BaseBackbone):
             :func:`mmhybrid.layers.parse_attention_plan`; ``'elfatt'``,
             ``'local'``, ``'global'``, ``'effatt'`` or e.g. ``'E,E,GE,G'``.
         block_sizes (tuple[int]): ELFATT/EFFATT local block size per stage.
+        block_layout (str): ELFATT blocks as ``'2d'`` square windows (the
+            default) or ``'1d'`` runs of the raster sequence.
         global_ratio (float): ELFATT's ``c1 / c`` (Table 7).
         lepe (bool): LePE in global / ELFATT / EFFATT attentions (Table 5).
         stem (dict): kwargs of mmcv ``PatchEmbed`` (kernel_size, stride, padding).
@@ -58,6 +60,7 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                  out_indices=(0, 1, 2, 3), qkv_bias=True, qk_scale=None,
                  drop_rate=0., attn_drop_rate=0., drop_path_rate=0.1,
                  use_abs_pos_embed=False, block_sizes=(49, 49, 196, 49),
+                 block_layout='2d',
                  global_ratio=0.5, lepe=True, act_cfg=dict(type='GELU'),
                  norm_cfg=dict(type='LN'), convert_weights=None, frozen_stages=-1,
                  norm_eval=False, with_cp=False, pretrained=None, init_cfg=None):
@@ -111,7 +114,8 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                     ratio = 1. if kind == 'effatt' else global_ratio
                     attention = ELFATTAttention(
                         dims[i], num_heads[i], block_size=block_sizes[i],
-                        global_ratio=ratio, lepe=lepe, **common)
+                        block_layout=block_layout, global_ratio=ratio, lepe=lepe,
+                        **common)
                 blocks.append(AttentionBlock(
                     dims[i], attention, mlp_ratio=mlp_ratio, drop_rate=drop_rate,
                     drop_path=drop_paths[sum(depths[:i]) + j], act_cfg=act_cfg,

@@ -72,6 +72,10 @@ class InfViT(BaseBackbone):
         patch_size (int): patch (and output) stride.
         tie_qk (bool, optional): tied Q = K; default per variant (linear: tied).
         gamma_init (float): initial InfSA discount (Table 4: 0.7).
+        discount (str): ``'layer'`` (every layer applies its gamma once, as the
+            public code's per-layer rho; Eq. 9's gamma^t arises along paths
+            through t layers) or ``'depth'`` (a pure layer at depth t scales
+            its output by gamma^t). See docs/design.md, "InfViT".
         local_path (str, optional): ``'lepe'`` adds a depth-wise 3x3 conv of V
             to every InfSA layer (a local path for dense prediction).
         with_cls_token (bool): prepend a class token (dropped from the outputs).
@@ -88,7 +92,8 @@ class InfViT(BaseBackbone):
 
     def __init__(self, arch='linear-4l', attn_types=None, img_size=224,
                  patch_size=16, in_channels=3, qkv_bias=True, tie_qk=None,
-                 gamma_init=0.7, local_path=None, with_cls_token=True,
+                 gamma_init=0.7, discount='layer', local_path=None,
+                 with_cls_token=True,
                  drop_rate=0., drop_path_rate=0.1, layer_scale_init_value=None,
                  out_indices=(-1, ), norm_cfg=dict(type='LN', eps=1e-6),
                  frozen_stages=-1, norm_eval=False, with_cp=False,
@@ -124,7 +129,8 @@ class InfViT(BaseBackbone):
         self.layers = nn.ModuleList(
             InfViTLayer(dims, heads[i], ATTN_TYPES[letter], arch['mlp_ratio'],
                         qkv_bias=qkv_bias, tie_qk=tie_qk, gamma_init=gamma_init,
-                        depth=i + 1, local_path=local_path, drop_path=dpr[i],
+                        depth=i + 1, discount=discount, local_path=local_path,
+                        drop_path=dpr[i],
                         layer_scale_init_value=layer_scale_init_value,
                         norm_cfg=norm_cfg)
             for i, letter in enumerate(letters))
@@ -160,9 +166,10 @@ class InfViT(BaseBackbone):
         ``patch_embed`` (a Conv2d), ``cls_token``, ``pos_embed``,
         ``encoder.layers.i.{norm1,norm2,attn.{q,k,v,out}_proj,attn.rho_logit,
         ff.0,ff.3}``, ``encoder.norm`` and ``head``. Its scalar ``rho`` multiplies
-        the attention of every layer once, so a pure layer at depth t gets
-        ``gamma = rho^(1/t)`` per head (same function); a linear layer
-        ``gamma = rho``. The classifier head is dropped.
+        the attention of every layer once: every head gets ``gamma = rho``
+        (``discount='layer'``), or ``gamma = rho^(1/t)`` for a pure layer at
+        depth t with ``discount='depth'`` (the same function either way). The
+        classifier head is dropped.
         """
         if not any(k.startswith('encoder.layers.') for k in state_dict):
             return state_dict
@@ -196,8 +203,7 @@ class InfViT(BaseBackbone):
             return rho_logit
         attn = self.layers[index].attn
         rho = torch.sigmoid(rho_logit.double()).item()
-        gamma = rho**(1 / attn.depth) if attn.variant == 'pure' else rho
-        return torch.full((attn.num_heads, ), gamma_to_logit(gamma))
+        return torch.full((attn.num_heads, ), gamma_to_logit(rho**(1 / attn.power)))
 
     def forward(self, x):
         self.check_input(x)

@@ -3,14 +3,24 @@
 ``attn='local'`` is plain Swin (shifted windows, relative position bias);
 ``'elfatt'`` replaces the window attention by ELFATT in stages 1-2, alternates
 vanilla/ELFATT in stage 3 and uses vanilla attention in stage 4 (Appendix E).
-Stem, patch merging, names and arguments follow mmdet's ``SwinTransformer``.
+Stem, names and arguments follow mmdet's ``SwinTransformer``. Models with ELFATT
+layers merge patches with CSWin's 3x3 stride-2 convolution, the others with
+Swin's linear merging, and ELFATT's blocks are 14x14 windows in stages 1-3: Table
+1's parameter counts (30M / 91M for Swin-T/B-ELFATT, 28M / 88M for the LOCAL,
+GLOBAL and EFFATT rows) and Tables 1-3's FLOPs imply exactly that (docs/design.md,
+"ELFATT").
 """
-from mmcv.cnn.bricks.transformer import PatchMerging
+import logging
 
-from mmhybrid.layers import ShiftedWindowAttention
+from mmcv.cnn.bricks.transformer import PatchMerging
+from mmengine.logging import print_log
+
+from mmhybrid.layers import ConvMerging, ShiftedWindowAttention, parse_attention_plan
 from mmhybrid.registry import register_model
 from ..utils.official_checkpoints import convert_swin, is_official_swin
 from .hierarchical_attention import HierarchicalAttentionBackbone
+
+DOWNSAMPLES = ('conv', 'linear')
 
 
 @register_model()
@@ -23,6 +33,14 @@ class SwinELFATT(HierarchicalAttentionBackbone):
             with ``embed_dims``, ``depths``, ``num_heads``; explicit
             ``embed_dims`` / ``depths`` / ``num_heads`` arguments override it.
         attn (str | list): attention plan (default ``'elfatt'``).
+        block_sizes (tuple[int]): ELFATT block per stage; 14x14 windows in
+            stages 1-3 (what Table 1-3's FLOPs of Swin-T/B-ELFATT imply).
+        downsample (str, optional): patch merging between stages: ``'conv'``
+            (3x3 stride-2 conv + LayerNorm, CSWin's merge block) or ``'linear'``
+            (Swin's 2x2 concatenation + LayerNorm + linear, mmdet-compatible, the
+            layout of official Swin checkpoints). None: ``'conv'`` when the plan
+            has ELFATT layers (Swin-T/B-ELFATT of Table 1), else ``'linear'``;
+            ``'linear'`` whenever ``convert_weights=True``.
         patch_size (int): stem patch size; ``strides[0]`` must equal it.
         window_size (int): Swin window of the ``'local'`` blocks.
         strides (tuple[int]): (patch, 2, 2, 2) as in mmdet.
@@ -36,18 +54,40 @@ class SwinELFATT(HierarchicalAttentionBackbone):
         'b': dict(embed_dims=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)),
     }
 
-    def __init__(self, arch='t', attn='elfatt', patch_size=4, window_size=7,
-                 strides=(4, 2, 2, 2), patch_norm=True, norm_cfg=dict(type='LN'),
-                 **kwargs):
+    def __init__(self, arch='t', attn='elfatt', block_sizes=(196, 196, 196, 49),
+                 downsample=None, patch_size=4, window_size=7, strides=(4, 2, 2, 2),
+                 patch_norm=True, norm_cfg=dict(type='LN'), **kwargs):
         if tuple(strides[1:]) != (2, 2, 2) or strides[0] != patch_size:
             raise ValueError(f'strides must be ({patch_size}, 2, 2, 2), got {strides}')
         self.window_size = window_size
+        self.downsample = self._resolve_downsample(
+            downsample, arch, attn, kwargs.get('depths'), kwargs.get('convert_weights'))
         stem = dict(kernel_size=patch_size, stride=patch_size, padding='corner')
-        super().__init__(arch, attn, stem, norm_cfg=norm_cfg, **kwargs)
+        super().__init__(arch, attn, stem, block_sizes=block_sizes, norm_cfg=norm_cfg,
+                         **kwargs)
         if not patch_norm:
             self.patch_embed.norm = None
 
+    @classmethod
+    def _resolve_downsample(cls, downsample, arch, attn, depths, convert_weights):
+        if downsample is None:
+            if convert_weights:
+                return 'linear'
+            depths = depths or (cls.arch_zoo[arch] if isinstance(arch, str)
+                                else arch)['depths']
+            plan = parse_attention_plan(attn, depths)
+            return 'conv' if any('elfatt' in stage for stage in plan) else 'linear'
+        if downsample not in DOWNSAMPLES:
+            raise ValueError(f'downsample must be one of {DOWNSAMPLES}, got '
+                             f'{downsample!r}')
+        if downsample == 'conv' and convert_weights:
+            raise ValueError("convert_weights=True loads an official Swin checkpoint, "
+                             "whose patch merging is linear: use downsample='linear'")
+        return downsample
+
     def build_downsample(self, in_channels, out_channels, norm_cfg):
+        if self.downsample == 'conv':
+            return ConvMerging(in_channels, out_channels, norm_cfg=norm_cfg)
         return PatchMerging(in_channels, out_channels, norm_cfg=norm_cfg)
 
     def build_local_attention(self, stage, index, dims, num_heads, lepe, **kwargs):
@@ -57,5 +97,11 @@ class SwinELFATT(HierarchicalAttentionBackbone):
     def convert_checkpoint(self, state_dict):
         if self.convert_weights or (self.convert_weights is None
                                     and is_official_swin(state_dict)):
+            if self.downsample == 'conv':
+                print_log("An official Swin checkpoint has linear patch merging; this "
+                          "model merges with convolutions (downsample='conv'), so "
+                          "stages.*.downsample keep their initialisation. Build it "
+                          "with downsample='linear' to load them.",
+                          logger='current', level=logging.WARNING)
             return convert_swin(state_dict)
         return state_dict

@@ -7,13 +7,14 @@ import torch.nn.functional as F
 def agent_grid(hw_shape, num_agents=None):
     """(gh, gw) agent grid for an (H, W) token grid.
 
-    ``num_agents=None`` gives one agent per 2x2 window (rounded up), the agent
-    count Agent-SD obtains by merging tokens onto its stride-2 dst grid; an int
-    gives a grid of about that many agents with the aspect ratio of the tokens.
+    ``num_agents=None`` gives one agent per 4x4 window (rounded up), N/16 agents:
+    the count Agent-SD uses in its agent steps (tokens merged onto its stride-4
+    dst grid, 256 agents for the 4096 tokens of a 512^2 image); an int gives a
+    grid of about that many agents with the aspect ratio of the tokens.
     """
     H, W = hw_shape
     if num_agents is None:
-        return math.ceil(H / 2), math.ceil(W / 2)
+        return math.ceil(H / 4), math.ceil(W / 4)
     if num_agents < 1:
         raise ValueError(f'num_agents must be >= 1, got {num_agents}')
     gh = min(H, max(1, round(math.sqrt(num_agents * H / W))))

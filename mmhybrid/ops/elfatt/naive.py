@@ -1,7 +1,7 @@
 """Reference ELFATT heads written out term by term (O(N^2) memory; for tests).
 
-Both build the full N x N attention matrix, so they check the fast paths'
-re-association (EFFATT) and their block handling (block attention) independently.
+All build the full N x N attention matrix, so they check the fast paths'
+re-association (EFFATT) and their block / window handling independently.
 """
 import torch
 
@@ -32,4 +32,20 @@ def naive_block_attention(q, k, v, block_size, scale=None):
     same_block = block[:, None] == block[None, :]  # the mask Z = I_b (x) U of App. A
     logits = (q @ k.transpose(-2, -1)) * scale
     logits = logits.masked_fill(~same_block, float('-inf'))
+    return _softmax(logits, -1) @ v
+
+
+def naive_window_block_attention(q, k, v, hw_shape, window, scale=None):
+    """Softmax attention masked to ``wh x ww`` windows of the raster-order grid:
+    (r, c) may attend to (r2, c2) iff ``r // wh == r2 // wh and c // ww == c2 // ww``.
+    """
+    H, W = hw_shape
+    wh, ww = (window, window) if isinstance(window, int) else window
+    d = q.shape[-1]
+    scale = d ** -0.5 if scale is None else scale
+    rows = torch.arange(H, device=q.device).repeat_interleave(W) // wh
+    cols = torch.arange(W, device=q.device).repeat(H) // ww
+    same_window = (rows[:, None] == rows[None, :]) & (cols[:, None] == cols[None, :])
+    logits = (q @ k.transpose(-2, -1)) * scale
+    logits = logits.masked_fill(~same_window, float('-inf'))
     return _softmax(logits, -1) @ v
