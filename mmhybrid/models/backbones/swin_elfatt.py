@@ -15,7 +15,7 @@ import logging
 from mmcv.cnn.bricks.transformer import PatchMerging
 from mmengine.logging import print_log
 
-from mmhybrid.layers import ConvMerging, ShiftedWindowAttention, parse_attention_plan
+from mmhybrid.layers import ConvMerging, ShiftedWindowAttention
 from mmhybrid.registry import register_model
 from ..utils.official_checkpoints import convert_swin, is_official_swin
 from .hierarchical_attention import HierarchicalAttentionBackbone
@@ -60,32 +60,26 @@ class SwinELFATT(HierarchicalAttentionBackbone):
         if tuple(strides[1:]) != (2, 2, 2) or strides[0] != patch_size:
             raise ValueError(f'strides must be ({patch_size}, 2, 2, 2), got {strides}')
         self.window_size = window_size
-        self.downsample = self._resolve_downsample(
-            downsample, arch, attn, kwargs.get('depths'), kwargs.get('convert_weights'))
+        if downsample not in (None, ) + DOWNSAMPLES:
+            raise ValueError(f'downsample must be one of {DOWNSAMPLES} or None, got '
+                             f'{downsample!r}')
+        if downsample == 'conv' and kwargs.get('convert_weights'):
+            raise ValueError("convert_weights=True loads an official Swin checkpoint, "
+                             "whose patch merging is linear: use downsample='linear'")
+        # None: decided in build_downsample, once the attention plan is parsed
+        self.downsample = downsample
         stem = dict(kernel_size=patch_size, stride=patch_size, padding='corner')
         super().__init__(arch, attn, stem, block_sizes=block_sizes, norm_cfg=norm_cfg,
                          **kwargs)
         if not patch_norm:
             self.patch_embed.norm = None
 
-    @classmethod
-    def _resolve_downsample(cls, downsample, arch, attn, depths, convert_weights):
-        if downsample is None:
-            if convert_weights:
-                return 'linear'
-            depths = depths or (cls.arch_zoo[arch] if isinstance(arch, str)
-                                else arch)['depths']
-            plan = parse_attention_plan(attn, depths)
-            return 'conv' if any('elfatt' in stage for stage in plan) else 'linear'
-        if downsample not in DOWNSAMPLES:
-            raise ValueError(f'downsample must be one of {DOWNSAMPLES}, got '
-                             f'{downsample!r}')
-        if downsample == 'conv' and convert_weights:
-            raise ValueError("convert_weights=True loads an official Swin checkpoint, "
-                             "whose patch merging is linear: use downsample='linear'")
-        return downsample
-
     def build_downsample(self, in_channels, out_channels, norm_cfg):
+        if self.downsample is None:
+            # the paper's ELFATT models merge with a 3x3/2 conv (Table 1);
+            # official Swin weights and the LOCAL/GLOBAL/EFFATT rows are linear
+            elfatt = any('elfatt' in stage for stage in self.plan)
+            self.downsample = 'conv' if elfatt and not self.convert_weights else 'linear'
         if self.downsample == 'conv':
             return ConvMerging(in_channels, out_channels, norm_cfg=norm_cfg)
         return PatchMerging(in_channels, out_channels, norm_cfg=norm_cfg)
