@@ -1,6 +1,7 @@
 """Functional ops (no parameters). Each op has a naive reference for tests."""
 from .agent import agent_attention
 from .elfatt import block_attention, effatt
+from .historical_attention import historical_attention
 from .infsa import linear_infsa, pure_infsa
 from .tome import bipartite_soft_matching, merge_tokens, unmerge_tokens
 from .token_shift import quad_token_shift
@@ -9,5 +10,5 @@ from .wkv import bi_wkv, register_wkv_backend
 __all__ = [
     'bi_wkv', 'register_wkv_backend', 'quad_token_shift', 'block_attention',
     'effatt', 'agent_attention', 'bipartite_soft_matching', 'merge_tokens',
-    'unmerge_tokens', 'pure_infsa', 'linear_infsa'
+    'unmerge_tokens', 'pure_infsa', 'linear_infsa', 'historical_attention'
 ]
