@@ -4,6 +4,7 @@ from .attention_plan import PRESET_PLANS, parse_attention_plan
 from .conv_merging import ConvMerging
 from .elfatt_attention import ELFATTAttention, split_elfatt_heads
 from .hidden_state_bridge import HiddenStateBridge, equidistant_sample
+from .historical_attention import HistoricalAttention
 from .image_attention import GlobalAttention, ImageAttention
 from .infsa_attention import InfSAttention
 from .infvit_layer import InfViTLayer
@@ -20,5 +21,5 @@ __all__ = [
     'WKVLayer', 'AttentionBlock', 'PRESET_PLANS', 'parse_attention_plan',
     'ConvMerging', 'ELFATTAttention', 'split_elfatt_heads', 'GlobalAttention',
     'ImageAttention', 'CrossShapedWindowAttention', 'ShiftedWindowAttention',
-    'InfSAttention', 'InfViTLayer', 'LayerNorm2d', 'Mlp'
+    'InfSAttention', 'InfViTLayer', 'LayerNorm2d', 'Mlp', 'HistoricalAttention'
 ]

@@ -14,6 +14,7 @@ from mmengine.model.weight_init import trunc_normal_
 
 from mmhybrid.layers import (AttentionBlock, ELFATTAttention, GlobalAttention,
                              ShiftedWindowAttention, parse_attention_plan)
+from mmhybrid.layers.historical_attention import is_historical, link_history
 from ..utils import resize_pos_embed
 from .base_backbone import BaseBackbone
 
@@ -42,6 +43,9 @@ class HierarchicalAttentionBackbone(BaseBackbone):
         block_sizes (tuple[int]): ELFATT/EFFATT local block size per stage.
         global_ratio (float): ELFATT's ``c1 / c`` (Table 7).
         lepe (bool): LePE in global / ELFATT / EFFATT attentions (Table 5).
+        history (dict, optional): historical attention (HAViT) in the blocks
+            the plan makes ``'global'``, carried between them within a stage
+            (see :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
         stem (dict): kwargs of mmcv ``PatchEmbed`` (kernel_size, stride, padding).
         out_indices (tuple[int]): stages whose (normed) maps are returned.
         use_abs_pos_embed (bool): learned absolute position embedding on the
@@ -56,7 +60,8 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                  out_indices=(0, 1, 2, 3), qkv_bias=True, qk_scale=None,
                  drop_rate=0., attn_drop_rate=0., drop_path_rate=0.1,
                  use_abs_pos_embed=False, block_sizes=(49, 49, 196, 49),
-                 global_ratio=0.5, lepe=True, act_cfg=dict(type='GELU'),
+                 global_ratio=0.5, lepe=True, history=None,
+                 act_cfg=dict(type='GELU'),
                  norm_cfg=dict(type='LN'), convert_weights=None, frozen_stages=-1,
                  norm_eval=False, with_cp=False, init_cfg=None):
         arch = dict(self.arch_zoo[arch] if isinstance(arch, str) else arch)
@@ -73,6 +78,9 @@ class HierarchicalAttentionBackbone(BaseBackbone):
         self.out_indices = tuple(out_indices)
         self.convert_weights = convert_weights
         self.plan = parse_attention_plan(attn, depths)
+        if history is not None and not any('global' in p for p in self.plan):
+            raise ValueError(f'history (HAViT) needs global blocks; the attention '
+                             f'plan {attn!r} has none')
         dims = [arch['embed_dims'] * 2**i for i in range(4)]
 
         self.patch_embed = PatchEmbed(
@@ -99,7 +107,7 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                         i, j, dims[i], num_heads[i], lepe=lepe, **common)
                 elif kind == 'global':
                     attention = GlobalAttention(dims[i], num_heads[i], lepe=lepe,
-                                                **common)
+                                                history=history, **common)
                 else:
                     ratio = 1. if kind == 'effatt' else global_ratio
                     attention = ELFATTAttention(
@@ -112,6 +120,7 @@ class HierarchicalAttentionBackbone(BaseBackbone):
             downsample = (self.build_downsample(dims[i], dims[i + 1], norm_cfg)
                           if i < 3 else None)
             self.stages.append(AttentionStage(blocks, downsample))
+            link_history(blocks)
         for i in self.out_indices:
             self.add_module(f'norm{i}', build_norm_layer(norm_cfg, dims[i])[1])
         self.num_features = [dims[i] for i in range(4)]
@@ -146,8 +155,12 @@ class HierarchicalAttentionBackbone(BaseBackbone):
         x = self.drop_after_pos(x)
         outs = []
         for i, stage in enumerate(self.stages):
+            history = None  # HAViT: carried between the stage's global blocks
             for block in stage.blocks:
-                x = self.run_layer(block, x, hw_shape)
+                if is_historical(block):
+                    x, history = self.run_layer(block, x, hw_shape, history)
+                else:
+                    x = self.run_layer(block, x, hw_shape)
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x)
                 outs.append(out.transpose(1, 2).reshape(x.shape[0], -1, *hw_shape)

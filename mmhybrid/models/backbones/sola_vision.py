@@ -12,6 +12,7 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 
 from mmhybrid.layers import HiddenStateBridge, SoftmaxLayer, WKVLayer
+from mmhybrid.layers.historical_attention import is_historical, link_history
 from mmhybrid.registry import register_model
 from ..utils import resize_pos_embed
 from .base_backbone import BaseBackbone
@@ -86,6 +87,9 @@ class SoLAVision(BaseBackbone):
         hidden_rate (float): channel-mix expansion of the WKV layers.
         mlp_ratio (float): MLP expansion of the softmax layers.
         key_norm (bool): LayerNorm on the WKV output and channel-mix key.
+        history (dict, optional): historical attention (HAViT) in the 'S'
+            layers, carried from one 'S' layer to the next within a stage (see
+            :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
         drop_path_rate (float): stochastic depth, linearly increasing per layer.
         layer_scale_init_value (float, optional): enables LayerScale.
         out_indices (sequence[int]): stages whose (normed) maps are returned.
@@ -95,7 +99,7 @@ class SoLAVision(BaseBackbone):
     def __init__(self, arch='t', schedule=None, hsb_routes=None, with_hsb=True,
                  pretrain_img_size=224, in_channels=3, patch_size=4,
                  head_dim=32, hidden_rate=4, mlp_ratio=4, qkv_bias=True,
-                 key_norm=True, drop_rate=0., drop_path_rate=0.1,
+                 key_norm=True, history=None, drop_rate=0., drop_path_rate=0.1,
                  layer_scale_init_value=None, out_indices=(0, 1, 2, 3),
                  norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
                  with_cp=False, init_cfg=None):
@@ -107,6 +111,9 @@ class SoLAVision(BaseBackbone):
         arch = dict(arch)
         embed_dims = tuple(arch['embed_dims'])
         stages = parse_schedule(schedule or arch['schedule'], len(embed_dims))
+        if history is not None and not any('S' in s for s in stages):
+            raise ValueError(f'history (HAViT) needs softmax layers; schedule '
+                             f'{"/".join(stages)} has no S')
         routes = [tuple(map(tuple, r)) for r in
                   (hsb_routes if hsb_routes is not None else
                    arch.get('hsb_routes', ()))]
@@ -148,7 +155,8 @@ class SoLAVision(BaseBackbone):
             own_kwargs = {
                 'L': dict(hidden_rate=hidden_rate, key_norm=key_norm),
                 'S': dict(num_heads=max(dims // head_dim, 1),
-                          mlp_ratio=mlp_ratio, qkv_bias=qkv_bias),
+                          mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
+                          history=history),
             }
             self.stages.append(nn.ModuleList(
                 LAYER_TYPES[letter](
@@ -156,6 +164,7 @@ class SoLAVision(BaseBackbone):
                     layer_scale_init_value=layer_scale_init_value,
                     norm_cfg=norm_cfg, **own_kwargs[letter])
                 for j, letter in enumerate(letters)))
+            link_history(self.stages[-1])
 
         # bridges are keyed by target layer "<stage>_<layer>" (1-based)
         self.bridges = nn.ModuleDict()
@@ -204,13 +213,17 @@ class SoLAVision(BaseBackbone):
         for i, stage in enumerate(self.stages):
             if i > 0:
                 x, hw = self.downsamples[i - 1](x, hw)
+            history = None  # HAViT: carried between the stage's 'S' layers
             for j, layer in enumerate(stage):
                 key = f'{i + 1}_{j + 1}'
                 if key in self.bridges:
                     state, state_hw = hidden[self._bridge_sources[key]]
                     x = self.run_layer(self.bridges[key], x, hw, state,
                                        state_hw)
-                x, state = self.run_layer(layer, x, hw)
+                if is_historical(layer):
+                    x, history = self.run_layer(layer, x, hw, history)
+                else:
+                    x, state = self.run_layer(layer, x, hw)
                 if (i + 1, j + 1) in sources:
                     hidden[(i + 1, j + 1)] = (state, hw)
             if i in self.out_indices:
