@@ -23,6 +23,9 @@ def test_configs_found():
         assert f'upernet_sola-{arch}_ade20k.py' in names
         assert f'mask-rcnn_sola-{arch}_fpn_1x_coco.py' in names
         assert f'sola-{arch}_in1k.py' in names
+    for name in ('havit-deit-t_in1k.py', 'havit-deit-s_in1k.py',
+                 'upernet_sola-t-havit_ade20k.py', 'upernet_sola-t-havit_toy-ade.py'):
+        assert name in names
 
 
 @pytest.mark.parametrize(
