@@ -2,10 +2,10 @@
 
 Per block of query rows the forward pass forms the mixed logits
 :math:`A = \\alpha\\, Q K^T s + (1 - \\alpha) H`, writes them into the new history
-(when it is asked for), keeps the row log-sum-exp ``m`` and adds
-``softmax(A) V`` to the output. Nothing N x N is kept besides the history itself.
+(when it is asked for) and adds ``softmax(A) V`` to the output. Nothing N x N is
+kept besides the history itself.
 
-The backward pass rebuilds each block of probabilities ``P = exp(A - m)`` from the
+The backward pass recomputes each block of probabilities ``P = softmax(A)`` from the
 saved new history (or, when the history is not returned, from Q, K and the
 incoming history) and uses the standard softmax identities, with ``G = dL/dO`` and
 ``delta = rowsum(G * O)``:
@@ -13,11 +13,12 @@ incoming history) and uses the standard softmax identities, with ``G = dL/dO`` a
 * ``dV = P^T G``, ``dA = P * (G V^T - delta) + dL/dA_out``,
 * ``dQ = alpha s dA K``, ``dK = alpha s dA^T Q``, ``dH = (1 - alpha) dA``.
 
-Attention dropout draws its masks block by block from a generator seeded once per
-call, and the backward pass replays them. Products run in the input dtype (tensor
-cores on GPU); logits, probabilities and the history are in fp32 at least (fp64
-inputs stay fp64). Peak extra memory is a few (B, heads, rows, N) blocks, ``rows``
-chosen so that a block holds about ``block_elements`` numbers.
+Elementwise work on the blocks is done in place. Attention dropout draws its masks
+block by block from a generator seeded once per call, and the backward pass replays
+them. Products run in the input dtype (tensor cores on GPU); logits, probabilities
+and the history are in fp32 at least (fp64 inputs stay fp64). Peak extra memory is
+a few (B, heads, rows, N) blocks, ``rows`` chosen so that a block holds about
+``block_elements`` numbers.
 """
 import torch
 
@@ -36,11 +37,18 @@ def _acc_dtype(x):
     return torch.promote_types(x.dtype, torch.float32)
 
 
-def _mixed(q_blk, kt, history, start, end, alpha, scale, acc):
-    """Mixed logits of rows ``start:end``, (B, heads, rows, N) in ``acc``."""
-    mixed = (q_blk @ kt).to(acc) * (alpha * scale)
-    if history is not None:
-        mixed += (1 - alpha) * history[..., start:end, :].to(acc)
+def _mixed(q_blk, kt, history, start, end, alpha, scale, acc, out=None):
+    """Mixed logits of rows ``start:end``, (B, heads, rows, N) in ``acc``, written
+    into ``out`` (a slice of the new history) when given."""
+    logits = q_blk * (alpha * scale)
+    if out is not None and logits.dtype == acc:
+        mixed = torch.matmul(logits, kt, out=out)
+    else:
+        logits = logits @ kt
+        mixed = (logits if logits.dtype == acc else
+                 logits.to(acc) if out is None else out.copy_(logits))
+    if history is not None and alpha < 1:
+        mixed.add_(history[..., start:end, :], alpha=1 - alpha)
     return mixed
 
 
@@ -61,7 +69,6 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
         rows = _rows_per_block(B, H, N, k.shape[-2], block_elements)
         kt = k.transpose(-2, -1)
         out = v.new_empty(B, H, N, v.shape[-1])
-        lse = q.new_empty(B, H, N, dtype=acc)
         new_history = (q.new_empty(B, H, N, k.shape[-2], dtype=acc)
                        if return_history else None)
         generator = None
@@ -69,18 +76,16 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
             generator = torch.Generator(device=q.device).manual_seed(seed)
         for start, end in _blocks(N, rows):
             mixed = _mixed(q[..., start:end, :], kt, history, start, end, alpha,
-                           scale, acc)
-            if return_history:
-                new_history[..., start:end, :] = mixed
-            lse[..., start:end] = torch.logsumexp(mixed, dim=-1)
-            probs = torch.exp(mixed - lse[..., start:end, None])
+                           scale, acc, out=(new_history[..., start:end, :]
+                                            if return_history else None))
+            probs = torch.softmax(mixed, dim=-1)
             if generator is not None:
                 probs *= _keep_mask(generator, probs.shape, q.device, dropout_p)
             out[..., start:end, :] = probs.to(v.dtype) @ v
         # the new history is what the backward pass reads; without it, the
         # incoming one (which the caller keeps alive anyway) and Q, K rebuild A
         saved = new_history if return_history else history
-        ctx.save_for_backward(q, k, v, out, lse, saved)
+        ctx.save_for_backward(q, k, v, out, saved)
         ctx.history_meta = (None if history is None else
                             (history.shape, history.dtype))
         ctx.alpha, ctx.scale, ctx.dropout_p = alpha, scale, dropout_p
@@ -89,14 +94,15 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, grad_history):
-        q, k, v, out, lse, saved = ctx.saved_tensors
+        q, k, v, out, saved = ctx.saved_tensors
         alpha, scale, dropout_p = ctx.alpha, ctx.scale, ctx.dropout_p
-        acc = lse.dtype
+        acc = _acc_dtype(q)
         B, H, N, _ = q.shape
         if grad_out is None:
             grad_out = torch.zeros_like(out)
         grad_out = grad_out.contiguous()
-        delta = (grad_out.to(acc) * out.to(acc)).sum(-1)
+        # rowsum(G * O) = rowsum(P * dL/dP), also with dropout (O holds the mask)
+        delta = (grad_out.to(acc) * out.to(acc)).sum(-1, keepdim=True)
         kt, vt = k.transpose(-2, -1), v.transpose(-2, -1)
         grad_q = torch.empty_like(q)
         grad_k = torch.zeros(k.shape, dtype=acc, device=k.device)
@@ -115,25 +121,28 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
                 mixed = saved[..., start:end, :]
             else:
                 mixed = _mixed(q_blk, kt, saved, start, end, alpha, scale, acc)
-            probs = torch.exp(mixed - lse[..., start:end, None])
-            grad_probs = (g_blk @ vt).to(acc)
+            probs = torch.softmax(mixed, dim=-1)
+            grad_mixed = (g_blk @ vt).to(acc)  # dL/dP, then dL/dA in place
             if generator is not None:
                 keep = _keep_mask(generator, probs.shape, q.device, dropout_p)
-                grad_v += (probs * keep).to(v.dtype).transpose(-2, -1) @ g_blk
-                grad_probs *= keep
+                grad_mixed.mul_(keep)
+                probs_v = (probs * keep).to(v.dtype)
             else:
-                grad_v += probs.to(v.dtype).transpose(-2, -1) @ g_blk
-            grad_mixed = probs * (grad_probs - delta[..., start:end, None])
+                probs_v = probs.to(v.dtype)
+            grad_v += (probs_v.transpose(-2, -1) @ g_blk).to(acc)
+            grad_mixed.sub_(delta[..., start:end, :]).mul_(probs)
             if grad_history is not None:
-                grad_mixed += grad_history[..., start:end, :]
+                grad_mixed.add_(grad_history[..., start:end, :])
             if grad_in is not None:
-                grad_blk = (1 - alpha) * grad_mixed
-                if grad_in.shape[0] != B:  # a history broadcast over the batch
-                    grad_blk = grad_blk.sum(0, keepdim=True)
-                grad_in[..., start:end, :] = grad_blk
-            grad_s = (grad_mixed * (alpha * scale)).to(q.dtype)
-            grad_q[..., start:end, :] = grad_s @ k
-            grad_k += (grad_s.transpose(-2, -1) @ q_blk).to(acc)
+                if grad_in.shape[0] == B:
+                    grad_in[..., start:end, :].copy_(grad_mixed).mul_(1 - alpha)
+                else:  # a history broadcast over the batch
+                    grad_in[..., start:end, :] = (1 - alpha) * grad_mixed.sum(
+                        0, keepdim=True)
+            grad_mixed = grad_mixed.to(q.dtype)
+            grad_q[..., start:end, :] = (grad_mixed @ k) * (alpha * scale)
+            grad_k += (grad_mixed.transpose(-2, -1) @ q_blk).to(acc) * (
+                alpha * scale)
         return (grad_q, grad_k.to(k.dtype), grad_v.to(v.dtype), grad_in, None,
                 None, None, None, None, None)
 
