@@ -192,7 +192,7 @@ def test_with_cp_same_gradients_in_training():
     checkpointing replays: recomputation sees the same H_0."""
     model = build('sola', history=HISTORY).train()
     cp = same_weights(model, history=HISTORY, with_cp=True).train()
-    x = torch.randn(2, 3, 64, 64, requires_grad=True)
+    x = torch.randn(2, 3, 32, 32, requires_grad=True)
     results = []
     for m in (model, cp):
         torch.manual_seed(3)
@@ -205,7 +205,7 @@ def test_with_cp_same_gradients_in_training():
 def test_bf16_autocast_train_step():
     model = sola(history=HISTORY).train()
     with torch.autocast('cpu', dtype=torch.bfloat16):
-        outs = model(torch.randn(2, 3, 64, 64))
+        outs = model(torch.randn(2, 3, 32, 32))
         loss = sum(o.float().mean() for o in outs)
     loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters()
