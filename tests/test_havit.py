@@ -274,3 +274,15 @@ def test_classifier_trains_through_mmpretrain_registry():
     losses = model.loss(x, samples)
     losses['loss'].backward()
     assert model.backbone.layers[0].attn.qkv.weight.grad.abs().sum() > 0
+
+
+def test_out_types():
+    model = vit(out_type='featmap', out_indices=(1, 2)).eval()
+    x = torch.randn(2, 3, 32, 40)
+    with torch.no_grad():
+        maps = model(x)
+        model.out_type = 'avg_featmap'
+        pooled = model(x)
+    assert [tuple(m.shape) for m in maps] == [(2, 32, 4, 5)] * 2
+    for m, p in zip(maps, pooled):
+        torch.testing.assert_close(p, m.mean((2, 3)))
