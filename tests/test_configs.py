@@ -28,6 +28,9 @@ def test_configs_found():
             assert f'upernet_{model}_ade20k.py' in names
             assert f'mask-rcnn_{model}_fpn_1x_coco.py' in names
     assert 'upernet_sola-t-gdn_toy-ade.py' in names  # tools/demo.py
+    for name in ('havit-deit-t_in1k.py', 'havit-deit-s_in1k.py',
+                 'upernet_sola-t-havit_ade20k.py', 'upernet_sola-t-havit_toy-ade.py'):
+        assert name in names
 
 
 def _param(path):

@@ -5,6 +5,7 @@ from .conv_merging import ConvMerging
 from .elfatt_attention import ELFATTAttention, split_elfatt_heads
 from .gated_deltanet import BidirectionalGatedDeltaNet, GatedDeltaNetLayer
 from .hidden_state_bridge import HiddenStateBridge, equidistant_sample
+from .historical_attention import HistoricalAttention
 from .image_attention import GlobalAttention, ImageAttention
 from .infsa_attention import InfSAttention
 from .infvit_layer import InfViTLayer
@@ -25,5 +26,5 @@ __all__ = [
     'ImageAttention', 'CrossShapedWindowAttention', 'ShiftedWindowAttention',
     'InfSAttention', 'InfViTLayer', 'LayerNorm2d', 'Mlp', 'MixerLayer',
     'BidirectionalGatedDeltaNet', 'GatedDeltaNetLayer', 'SlidingWindowAttention',
-    'SlidingWindowLayer'
+    'SlidingWindowLayer', 'HistoricalAttention'
 ]

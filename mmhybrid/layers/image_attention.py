@@ -8,6 +8,8 @@ import torch.nn as nn
 
 from mmhybrid.ops.attention import softmax_attention
 
+from .historical_attention import build_history
+
 
 def to_heads(x, num_heads):
     """(B, N, heads * d) -> (B, heads, N, d)."""
@@ -69,7 +71,10 @@ class ImageAttention(nn.Module):
     def forward(self, x, hw_shape):
         B, N, C = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, C).unbind(2)
-        out = self.attend(q, k, v, hw_shape)
+        return self.project_out(self.attend(q, k, v, hw_shape), v, hw_shape)
+
+    def project_out(self, out, v, hw_shape):
+        """Adds LePE of ``v`` to the attention output, then ``proj``."""
         if self.lepe is not None:
             out = out + self.positional(v, hw_shape)
         return self.proj_drop(self.proj(out))
@@ -79,7 +84,24 @@ class GlobalAttention(ImageAttention):
     """Vanilla softmax attention over all tokens (VaniATT / the 'global' baseline).
 
     :func:`~mmhybrid.ops.attention.softmax_attention` picks FlashAttention on GPU.
+    With ``history`` (HAViT, see :class:`~mmhybrid.layers.HistoricalAttention`)
+    the logits are mixed with the previous layer's and :meth:`forward` takes and
+    returns the history.
     """
+
+    def __init__(self, dims, num_heads, history=None, **kwargs):
+        super().__init__(dims, num_heads, **kwargs)
+        self.historical = build_history(history, num_heads)
+
+    def forward(self, x, hw_shape, history=None):
+        if self.historical is None:
+            return super().forward(x, hw_shape)
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).view(B, N, 3, C).unbind(2)
+        out, history = self.historical(
+            *(to_heads(t, self.num_heads) for t in (q, k, v)), history,
+            scale=self.scale, dropout_p=self.dropout_p)
+        return self.project_out(from_heads(out), v, hw_shape), history
 
     def attend(self, q, k, v, hw_shape):
         q, k, v = (to_heads(t, self.num_heads) for t in (q, k, v))

@@ -2,6 +2,7 @@
 from .agent import agent_attention
 from .delta_rule import gated_delta_rule
 from .elfatt import block_attention, effatt
+from .historical_attention import historical_attention
 from .infsa import linear_infsa, pure_infsa
 from .sliding_window import sliding_window_attention
 from .tome import bipartite_soft_matching, merge_tokens, unmerge_tokens
@@ -12,5 +13,5 @@ __all__ = [
     'bi_wkv', 'register_wkv_backend', 'quad_token_shift', 'block_attention',
     'effatt', 'agent_attention', 'bipartite_soft_matching', 'merge_tokens',
     'unmerge_tokens', 'pure_infsa', 'linear_infsa', 'gated_delta_rule',
-    'sliding_window_attention'
+    'sliding_window_attention', 'historical_attention'
 ]

@@ -1,5 +1,6 @@
 from .base_backbone import BaseBackbone
 from .cswin import CSWin
+from .havit import HAViT
 from .hierarchical_attention import HierarchicalAttentionBackbone
 from .infinitevl_vision import InfiniteVLVision
 from .infvit import InfViT
@@ -7,4 +8,4 @@ from .sola_vision import SoLAVision
 from .swin_elfatt import SwinELFATT
 
 __all__ = ['BaseBackbone', 'SoLAVision', 'CSWin', 'HierarchicalAttentionBackbone',
-           'SwinELFATT', 'InfViT', 'InfiniteVLVision']
+           'SwinELFATT', 'InfViT', 'InfiniteVLVision', 'HAViT']

@@ -14,6 +14,7 @@ from mmengine.model.weight_init import trunc_normal_
 
 from mmhybrid.layers import (AttentionBlock, ELFATTAttention, GlobalAttention,
                              ShiftedWindowAttention, parse_attention_plan)
+from mmhybrid.layers.historical_attention import is_historical, link_history
 from ..utils import resize_pos_embed
 from .base_backbone import (BaseBackbone, check_rates,
                             require_keys, resolve_arch)
@@ -45,6 +46,9 @@ class HierarchicalAttentionBackbone(BaseBackbone):
             default) or ``'1d'`` runs of the raster sequence.
         global_ratio (float): ELFATT's ``c1 / c`` (Table 7).
         lepe (bool): LePE in global / ELFATT / EFFATT attentions (Table 5).
+        history (dict, optional): historical attention (HAViT) in the blocks
+            the plan makes ``'global'``, carried between them within a stage
+            (see :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
         stem (dict): kwargs of mmcv ``PatchEmbed`` (kernel_size, stride, padding).
         out_indices (int | sequence[int]): stages whose (normed) maps are
             returned.
@@ -60,8 +64,8 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                  out_indices=(0, 1, 2, 3), qkv_bias=True, qk_scale=None,
                  drop_rate=0., attn_drop_rate=0., drop_path_rate=0.1,
                  use_abs_pos_embed=False, block_sizes=(49, 49, 196, 49),
-                 block_layout='2d',
-                 global_ratio=0.5, lepe=True, act_cfg=dict(type='GELU'),
+                 block_layout='2d', global_ratio=0.5, lepe=True, history=None,
+                 act_cfg=dict(type='GELU'),
                  norm_cfg=dict(type='LN'), convert_weights=None, frozen_stages=-1,
                  norm_eval=False, with_cp=False, pretrained=None, init_cfg=None):
         name, required = type(self).__name__, ('embed_dims', 'depths', 'num_heads')
@@ -83,6 +87,9 @@ class HierarchicalAttentionBackbone(BaseBackbone):
         self.arch = arch
         self.convert_weights = convert_weights
         self.plan = parse_attention_plan(attn, depths)
+        if history is not None and not any('global' in p for p in self.plan):
+            raise ValueError(f'history (HAViT) needs global blocks; the attention '
+                             f'plan {attn!r} has none')
         dims = [arch['embed_dims'] * 2**i for i in range(4)]
 
         self.patch_embed = PatchEmbed(
@@ -109,7 +116,7 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                         i, j, dims[i], num_heads[i], lepe=lepe, **common)
                 elif kind == 'global':
                     attention = GlobalAttention(dims[i], num_heads[i], lepe=lepe,
-                                                **common)
+                                                history=history, **common)
                 else:
                     ratio = 1. if kind == 'effatt' else global_ratio
                     attention = ELFATTAttention(
@@ -123,6 +130,7 @@ class HierarchicalAttentionBackbone(BaseBackbone):
             downsample = (self.build_downsample(dims[i], dims[i + 1], norm_cfg)
                           if i < 3 else None)
             self.stages.append(AttentionStage(blocks, downsample))
+            link_history(blocks)
         for i in self.out_indices:
             self.add_module(f'norm{i}', build_norm_layer(norm_cfg, dims[i])[1])
         self.num_features = [dims[i] for i in range(4)]
@@ -163,8 +171,12 @@ class HierarchicalAttentionBackbone(BaseBackbone):
         x = self.drop_after_pos(x)
         outs = []
         for i, stage in enumerate(self.stages):
+            history = None  # HAViT: carried between the stage's global blocks
             for block in stage.blocks:
-                x = self.run_layer(block, x, hw_shape)
+                if is_historical(block):
+                    x, history = self.run_layer(block, x, hw_shape, history)
+                else:
+                    x = self.run_layer(block, x, hw_shape)
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x)
                 outs.append(out.transpose(1, 2).reshape(x.shape[0], -1, *hw_shape)

@@ -13,6 +13,7 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed
 from mmengine.model.weight_init import trunc_normal_
 
+from mmhybrid.layers.historical_attention import is_historical, link_history
 from mmhybrid.layers.infsa_attention import InfSAttention, gamma_to_logit
 from mmhybrid.layers.infvit_layer import ATTN_TYPES, InfViTLayer
 from mmhybrid.registry import register_model
@@ -37,6 +38,8 @@ ARCH_SETTINGS = {
     'pure-b': dict(embed_dims=768, depth=12, num_heads=12, mlp_ratio=4.,
                    attn_types='P'),
 }
+
+OUT_TYPES = ('featmap', 'cls_token', 'avg_featmap')
 
 # Published parameter counts (Table 1 / Table 3), classifier included.
 PAPER_PARAMS = {'linear-4l': 53.5e6, 'pure-4l': 57.7e6, 'linear-24l': 305.4e6,
@@ -63,8 +66,8 @@ class InfViT(BaseBackbone):
 
     Args:
         arch (str | dict): one of ``ARCH_SETTINGS`` or a dict with ``embed_dims``,
-            ``depth``, ``num_heads`` (int or one per layer), ``mlp_ratio`` and
-            ``attn_types``.
+            ``depth``, ``num_heads`` (int or one per layer), ``mlp_ratio``,
+            ``attn_types`` and optionally ``head_dim`` (softmax layers).
         attn_types (str | sequence, optional): override the arch's per-layer
             attention: one letter ('P' pure, 'L' linear, 'S' softmax) for all
             layers, a string with one letter per layer, or a list of names.
@@ -79,9 +82,15 @@ class InfViT(BaseBackbone):
         local_path (str, optional): ``'lepe'`` adds a depth-wise 3x3 conv of V
             to every InfSA layer (a local path for dense prediction).
         with_cls_token (bool): prepend a class token (dropped from the outputs).
-        out_indices (int | sequence[int]): layers whose LayerNorm-ed maps are
+        history (dict, optional): historical attention (HAViT) in the softmax
+            ('S') layers, carried through all of them (see
+            :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
+        out_indices (int | sequence[int]): layers whose LayerNorm-ed outputs are
             returned (negative indices count from the end); e.g. (2, 5, 8, 11)
             of 12 layers for mmseg's ``MultiLevelNeck`` as its ViT configs do.
+        out_type (str): what each output is: ``'featmap'`` (B, C, H/p, W/p),
+            ``'cls_token'`` (B, C; mmpretrain's ``VisionTransformerClsHead``) or
+            ``'avg_featmap'`` (B, C, the mean of the patch tokens).
         frozen_stages (int): 0 freezes the patch/position embeddings, n > 0 also
             the first n layers. norm_eval, with_cp, pretrained, init_cfg: see
             BaseBackbone;
@@ -93,9 +102,9 @@ class InfViT(BaseBackbone):
     def __init__(self, arch='linear-4l', attn_types=None, img_size=224,
                  patch_size=16, in_channels=3, qkv_bias=True, tie_qk=None,
                  gamma_init=0.7, discount='layer', local_path=None,
-                 with_cls_token=True,
-                 drop_rate=0., drop_path_rate=0.1, layer_scale_init_value=None,
-                 out_indices=(-1, ), norm_cfg=dict(type='LN', eps=1e-6),
+                 with_cls_token=True, history=None, drop_rate=0.,
+                 drop_path_rate=0.1, layer_scale_init_value=None, out_indices=(-1, ),
+                 out_type='featmap', norm_cfg=dict(type='LN', eps=1e-6),
                  frozen_stages=-1, norm_eval=False, with_cp=False,
                  pretrained=None, init_cfg=None):
         required = ('embed_dims', 'depth', 'num_heads', 'mlp_ratio', 'attn_types')
@@ -108,10 +117,18 @@ class InfViT(BaseBackbone):
         heads = [heads] * depth if isinstance(heads, int) else list(heads)
         if len(heads) != depth:
             raise ValueError(f'num_heads {heads} must have {depth} entries')
+        if history is not None and 'S' not in letters:
+            raise ValueError(f'history (HAViT) needs softmax layers; attn_types '
+                             f'is {letters!r}')
+        if out_type not in OUT_TYPES or (out_type == 'cls_token'
+                                         and not with_cls_token):
+            raise ValueError(f'out_type must be one of {OUT_TYPES} '
+                             f"('cls_token' needs with_cls_token), got {out_type!r}")
         super().__init__(depth, frozen_stages, norm_eval, with_cp, init_cfg,
                          out_indices=out_indices, pretrained=pretrained)
         self.embed_dims = dims
         self.attn_types = letters
+        self.out_type = out_type
         self.patch_size = patch_size
         self.num_extra_tokens = int(with_cls_token)
 
@@ -126,14 +143,16 @@ class InfViT(BaseBackbone):
         self.drop_after_pos = nn.Dropout(drop_rate)
 
         dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
+        softmax = dict(head_dim=arch.get('head_dim'), history=history)
         self.layers = nn.ModuleList(
             InfViTLayer(dims, heads[i], ATTN_TYPES[letter], arch['mlp_ratio'],
                         qkv_bias=qkv_bias, tie_qk=tie_qk, gamma_init=gamma_init,
                         depth=i + 1, discount=discount, local_path=local_path,
                         drop_path=dpr[i],
                         layer_scale_init_value=layer_scale_init_value,
-                        norm_cfg=norm_cfg)
+                        norm_cfg=norm_cfg, **(softmax if letter == 'S' else {}))
             for i, letter in enumerate(letters))
+        link_history(self.layers)
         for i in self.out_indices:
             self.add_module(f'norm{i}', build_norm_layer(norm_cfg, dims)[1])
         self._freeze_stages()
@@ -215,9 +234,21 @@ class InfViT(BaseBackbone):
                                  self.num_extra_tokens)
         x = self.drop_after_pos(x)
         outs = []
+        history = None  # HAViT: mixed logits carried between softmax layers
         for i, layer in enumerate(self.layers[:self.out_indices[-1] + 1]):
-            x = self.run_layer(layer, x, hw)
+            if is_historical(layer):
+                x, history = self.run_layer(layer, x, hw, history)
+            else:
+                x = self.run_layer(layer, x, hw)
             if i in self.out_indices:
-                out = getattr(self, f'norm{i}')(x[:, self.num_extra_tokens:])
-                outs.append(out.transpose(1, 2).reshape(B, -1, *hw).contiguous())
+                outs.append(self.format_output(getattr(self, f'norm{i}')(x), hw))
         return tuple(outs)
+
+    def format_output(self, x, hw):
+        """Normed tokens (B, extra + N, C) -> the output of ``out_type``."""
+        if self.out_type == 'cls_token':
+            return x[:, 0]
+        patches = x[:, self.num_extra_tokens:]
+        if self.out_type == 'avg_featmap':
+            return patches.mean(1)
+        return patches.transpose(1, 2).reshape(x.shape[0], -1, *hw).contiguous()

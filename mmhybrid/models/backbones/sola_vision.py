@@ -16,6 +16,7 @@ from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 
 from mmhybrid.layers import (GatedDeltaNetLayer, HiddenStateBridge,
                              SlidingWindowLayer, SoftmaxLayer, WKVLayer)
+from mmhybrid.layers.historical_attention import is_historical, link_history
 from mmhybrid.registry import register_model
 from ..utils import resize_pos_embed
 from .base_backbone import (BaseBackbone, check_rates,
@@ -123,6 +124,9 @@ class SoLAVision(BaseBackbone):
         mlp_ratio (float): MLP expansion of the 'S', 'W' and 'G' layers.
         key_norm (bool): Vision-RWKV's LayerNorm on the WKV output and the
             channel-mix key; not in the paper, off by default.
+        history (dict, optional): historical attention (HAViT) in the 'S'
+            layers, carried from one 'S' layer to the next within a stage (see
+            :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
         drop_path_rate (float): stochastic depth, linearly increasing per layer.
         layer_scale_init_value (float, optional): enables LayerScale.
         out_indices (int | sequence[int]): stages whose (normed) maps are
@@ -140,7 +144,7 @@ class SoLAVision(BaseBackbone):
     def __init__(self, arch='t', schedule=None, hsb_routes=None, with_hsb=True,
                  pretrain_img_size=224, in_channels=3, patch_size=4,
                  head_dim=32, hidden_rate=4, mlp_ratio=4, qkv_bias=True,
-                 key_norm=False, drop_rate=0., drop_path_rate=0.1,
+                 key_norm=False, history=None, drop_rate=0., drop_path_rate=0.1,
                  layer_scale_init_value=None, out_indices=(0, 1, 2, 3),
                  norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
                  with_cp=False, pretrained=None, init_cfg=None, window_size=7,
@@ -152,6 +156,9 @@ class SoLAVision(BaseBackbone):
         check_rates(owner, drop_rate=drop_rate, drop_path_rate=drop_path_rate)
         embed_dims = tuple(arch['embed_dims'])
         stages = parse_schedule(schedule or arch['schedule'], len(embed_dims))
+        if history is not None and not any('S' in s for s in stages):
+            raise ValueError(f'history (HAViT) needs softmax layers; schedule '
+                             f'{"/".join(stages)} has no S')
         routes = [tuple(map(tuple, r)) for r in
                   (hsb_routes if hsb_routes is not None else
                    arch.get('hsb_routes', ()))]
@@ -195,7 +202,7 @@ class SoLAVision(BaseBackbone):
             own_kwargs = {
                 'L': dict(hidden_rate=hidden_rate, key_norm=key_norm),
                 'S': dict(num_heads=heads, mlp_ratio=mlp_ratio,
-                          qkv_bias=qkv_bias),
+                          qkv_bias=qkv_bias, history=history),
                 'G': dict(num_heads=heads, mlp_ratio=mlp_ratio),
                 'W': dict(num_heads=heads, window_size=window_sizes[i],
                           mlp_ratio=mlp_ratio, qkv_bias=qkv_bias),
@@ -208,6 +215,7 @@ class SoLAVision(BaseBackbone):
                     layer_scale_init_value=layer_scale_init_value,
                     norm_cfg=norm_cfg, **own_kwargs[letter])
                 for j, letter in enumerate(letters)))
+            link_history(self.stages[-1])
 
         # bridges are keyed by target layer "<stage>_<layer>" (1-based)
         self.bridges = nn.ModuleDict()
@@ -262,13 +270,17 @@ class SoLAVision(BaseBackbone):
         for i, stage in enumerate(self.stages[:self.out_indices[-1] + 1]):
             if i > 0:
                 x, hw = self.downsamples[i - 1](x, hw)
+            history = None  # HAViT: carried between the stage's 'S' layers
             for j, layer in enumerate(stage):
                 key = f'{i + 1}_{j + 1}'
                 if key in self.bridges:
                     state, state_hw = hidden[self._bridge_sources[key]]
                     x = self.run_layer(self.bridges[key], x, hw, state,
                                        state_hw)
-                x, state = self.run_layer(layer, x, hw)
+                if is_historical(layer):
+                    x, history = self.run_layer(layer, x, hw, history)
+                else:
+                    x, state = self.run_layer(layer, x, hw)
                 if (i + 1, j + 1) in sources:
                     hidden[(i + 1, j + 1)] = (state, hw)
             if i in self.out_indices:

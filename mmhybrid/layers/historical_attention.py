@@ -1,0 +1,111 @@
+"""Historical attention (HAViT Eq. 5-7) for the softmax attention layers.
+
+A softmax attention module built with ``history=dict(alpha=..., init=...)`` owns a
+:class:`HistoricalAttention`: it mixes its logits with the mixed logits ``H`` of
+the previous historical layer, attends with the mix and hands the mix on. The
+layer around it then takes and returns ``history`` (``x, history = layer(x, hw,
+history)``); a backbone threads it through the layers of one stage and restarts
+it (``history=None``) at each stage. Readings of the paper: docs/design.md
+("Historical attention (HAViT)").
+"""
+import torch
+import torch.nn as nn
+
+from mmhybrid.ops import historical_attention
+
+INITS = ('random', 'zero')
+
+
+class HistoricalAttention(nn.Module):
+    """Parameter-free HAViT attention on (B, heads, N, d) q, k, v; owns ``H_0``.
+
+    Args:
+        num_heads (int): heads of the attention (the history is heads x N x N).
+        alpha (float): weight of the layer's own logits in Eq. 5; 0.45 is the
+            paper's best, 1 is plain softmax attention.
+        init (str): ``H_0`` where a chain of historical layers starts:
+            ``'random'`` (standard normal, the paper's best) or ``'zero'``.
+        resample (bool): in training, draw a new per-sample random ``H_0`` at
+            every forward pass (the reference implementation). Evaluation always
+            uses a fixed ``H_0`` (see :meth:`initial_history`); False uses that
+            fixed one in training too.
+        seed (int): seed of the fixed ``H_0``.
+
+    Attributes:
+        keep (bool): return the new history. :func:`link_history` clears it on
+            the last layer of a chain, where no layer would read it.
+    """
+
+    def __init__(self, num_heads, alpha=0.45, init='random', resample=True,
+                 seed=0):
+        super().__init__()
+        if not 0 <= alpha <= 1:
+            raise ValueError(f'history alpha must be in [0, 1], got {alpha}')
+        if init not in INITS:
+            raise ValueError(f'history init must be one of {INITS}, got {init!r}')
+        self.num_heads = num_heads
+        self.alpha = float(alpha)
+        self.init = init
+        self.resample = resample
+        self.seed = seed
+        self.keep = True
+        self._fixed = None  # (num_tokens, device), H_0 of the last shape used
+
+    def extra_repr(self):
+        return (f'alpha={self.alpha}, init={self.init!r}, '
+                f'resample={self.resample}, keep={self.keep}')
+
+    def initial_history(self, batch, num_tokens, device):
+        """``H_0`` for ``num_tokens`` tokens: None (zero), a per-sample draw
+        (training with ``resample``), or the fixed draw.
+
+        The fixed ``H_0`` is a standard normal (1, heads, N, N) drawn on the CPU by
+        a generator seeded with ``seed``: the same for every call, batch size and
+        device for a given (heads, N). It is cached for the last shape.
+        """
+        if self.init == 'zero':
+            return None
+        shape = (self.num_heads, num_tokens, num_tokens)
+        if self.training and self.resample:
+            return torch.randn(batch, *shape, device=device)
+        key = (num_tokens, device)
+        if self._fixed is None or self._fixed[0] != key:
+            generator = torch.Generator().manual_seed(self.seed)
+            self._fixed = (key, torch.randn(1, *shape, generator=generator)
+                           .to(device))
+        return self._fixed[1]
+
+    def forward(self, q, k, v, history=None, scale=None, dropout_p=0.):
+        """Returns ``(out, new_history)``; a ``history`` of another shape (or None)
+        starts a new chain from ``H_0``."""
+        B, H, N, _ = q.shape
+        if history is None or history.shape[1:] != (H, N, N):
+            history = self.initial_history(B, N, q.device)
+        return historical_attention(q, k, v, history, alpha=self.alpha,
+                                    scale=scale, dropout_p=dropout_p,
+                                    return_history=self.keep)
+
+
+def build_history(cfg, num_heads):
+    """None -> None; ``dict(alpha=..., init=..., resample=..., seed=...)`` ->
+    :class:`HistoricalAttention`."""
+    if cfg is None:
+        return None
+    if not isinstance(cfg, dict):
+        raise TypeError(f'history must be None or a dict of HistoricalAttention '
+                        f'arguments (alpha, init, resample, seed), got {cfg!r}')
+    return HistoricalAttention(num_heads, **cfg)
+
+
+def is_historical(layer):
+    """Whether ``layer.attn`` carries a history (the layer takes and returns it)."""
+    return getattr(getattr(layer, 'attn', None), 'historical', None) is not None
+
+
+def link_history(layers):
+    """Chain the historical layers of one stage (in order): each keeps its new
+    history only if the next historical layer has the same heads and reads it."""
+    chain = [layer.attn.historical for layer in layers if is_historical(layer)]
+    for current, following in zip(chain, chain[1:] + [None]):
+        current.keep = (following is not None
+                        and following.num_heads == current.num_heads)

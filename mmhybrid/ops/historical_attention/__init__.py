@@ -1,0 +1,68 @@
+"""Historical attention (HAViT, Banik et al.) as a functional op.
+
+:func:`historical_attention` mixes the scaled logits of a layer with the mixed
+logits ``H`` of the previous one (Eq. 5), applies softmax attention to the mix
+(Eq. 7) and hands the mix on as the next history (Eq. 6). It needs the explicit
+N x N logits, so FlashAttention / ``F.scaled_dot_product_attention`` cannot run
+it. ``chunk`` (default) works in query blocks with a block-wise backward, so the
+only N x N tensor is the history itself; ``naive`` is the reference for tests. A
+GPU kernel registers itself with :func:`register_historical_attention_backend`.
+"""
+from .chunk import chunk_historical_attention
+from .naive import naive_historical_attention
+
+_BACKENDS = {'naive': naive_historical_attention,
+             'chunk': chunk_historical_attention}
+_DEFAULT = {'cpu': 'chunk', 'cuda': 'chunk'}
+
+
+def register_historical_attention_backend(name, fn, default_for=()):
+    """Add a backend with :func:`historical_attention`'s signature (no ``backend``);
+    default for the device types given."""
+    _BACKENDS[name] = fn
+    for device_type in default_for:
+        _DEFAULT[device_type] = name
+
+
+def historical_attention(q, k, v, history=None, alpha=0.45, scale=None,
+                         dropout_p=0., return_history=True, backend=None):
+    r"""One HAViT attention, :math:`\mathrm{softmax}(\alpha Q K^T s + (1-\alpha) H) V`.
+
+    Args:
+        q, k, v (Tensor): (B, heads, N, d) (``v`` may have its own last dim).
+        history (Tensor, optional): the previous layer's mixed logits, (B, heads,
+            N, N) or (1, heads, N, N) shared by the batch; None is ``H = 0``.
+        alpha (float): weight of the current logits, in [0, 1].
+        scale (float, optional): logit scale ``s``, default ``d ** -0.5``.
+        dropout_p (float): dropout on the attention probabilities.
+        return_history (bool): return the new history; False saves its N x N
+            memory where no later layer reads it.
+        backend (str, optional): ``'chunk'``, ``'naive'`` or a registered name.
+    Returns:
+        tuple: output (B, heads, N, d_v) in the dtype of ``v``, and the new history
+        (B, heads, N, N), None unless ``return_history`` (``chunk`` keeps it in
+        fp32, or fp64 for fp64 inputs).
+    """
+    if q.dim() != 4 or q.shape != k.shape or q.shape[:3] != v.shape[:3]:
+        raise ValueError(f'q, k, v must be (B, heads, N, d) with equal leading '
+                         f'dims; got {tuple(q.shape)}, {tuple(k.shape)}, '
+                         f'{tuple(v.shape)}')
+    B, H, N, _ = q.shape
+    if history is not None and (history.dim() != 4 or history.shape[0] not in (1, B)
+                                or history.shape[1:] != (H, N, N)):
+        raise ValueError(f'history must be ({B} or 1, {H}, {N}, {N}) for q of '
+                         f'shape {tuple(q.shape)}; got {tuple(history.shape)}')
+    if not 0 <= alpha <= 1:
+        raise ValueError(f'alpha must be in [0, 1], got {alpha}')
+    name = backend or _DEFAULT.get(q.device.type, 'chunk')
+    if name not in _BACKENDS:
+        raise KeyError(f'unknown historical attention backend {name!r}; have '
+                       f'{sorted(_BACKENDS)}')
+    return _BACKENDS[name](q, k, v, history, alpha=alpha, scale=scale,
+                           dropout_p=dropout_p, return_history=return_history)
+
+
+__all__ = [
+    'historical_attention', 'chunk_historical_attention',
+    'naive_historical_attention', 'register_historical_attention_backend'
+]
