@@ -77,10 +77,11 @@ def _train_main(monkeypatch, *args):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the CPU refusal')
-def test_train_amp_on_cpu_refuses_clearly(monkeypatch, tmp_path, capsys):
+def test_train_amp_on_cpu_refuses_clearly(monkeypatch, tmp_path, toy_data):
     config = ROOT / 'configs/sola/demo/upernet_sola-t_toy-ade.py'
     with pytest.raises(SystemExit) as info:
-        _train_main(monkeypatch, config, '--amp', '--work-dir', tmp_path)
+        _train_main(monkeypatch, config, '--amp', '--work-dir', tmp_path,
+                    '--cfg-options', f'data_root={toy_data["ade"]}')
     message = str(info.value)
     assert 'AmpOptimWrapper' in message and 'needs a GPU' in message
     assert 'without --amp' in message
