@@ -1,7 +1,7 @@
 """Throughput and peak memory of UPerNet backbones: ours vs mmseg's, one run.
 
 Models come from configs, built through the registries: ours from ``configs/``
-(SoLA-T/B, Swin-T-ELFATT, CSWin-T-ELFATT, InfViT-Linear-B) and mmseg's own Swin-T,
+(SoLA-T/B, Swin-T-ELFATT, CSWin-T-ELFATT, InfiniteVL-T, InfViT-Linear-4L) and mmseg's own Swin-T,
 Swin-B and ViT-B UPerNet configs shipped in the installed mmseg (``mmseg::...``).
 Each case runs in its own process (its own peak memory; an out-of-memory error or a
 run past ``--time-cap`` seconds is a table row, not a crash).
@@ -42,7 +42,8 @@ MODELS = {
     'sola-b': 'configs/sola/upernet_sola-b_ade20k.py',
     'swin-t-elfatt': 'configs/elfatt/upernet_swin-t-elfatt_ade20k.py',
     'cswin-t-elfatt': 'configs/elfatt/upernet_cswin-t-elfatt_ade20k.py',
-    'infvit-linear-b': 'configs/infvit/upernet_infvit-linear-b_ade20k.py',
+    'infinitevl-t': 'configs/infinitevl/upernet_infinitevl-t_ade20k.py',
+    'infvit-linear-4l': 'configs/infvit/upernet_infvit-linear-4l_ade20k.py',
     'mmseg-swin-t': 'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_'
                     '8xb2-160k_ade20k-512x512.py',
     'mmseg-swin-b': 'mmseg::swin/swin-base-patch4-window7-in1k-pre_upernet_'
