@@ -6,7 +6,9 @@
 1. writes the toy ADE20K / COCO sets (real layouts) under data/toy if missing;
 2. trains each model of SEG_MODELS from scratch on toy ADE20K for the same
    iterations: UPerNet-SoLA-T (configs/sola/demo/upernet_sola-t_toy-ade.py) and
-   the same with Gated DeltaNet in place of WKV (upernet_sola-t-gdn_toy-ade.py);
+   the same with Gated DeltaNet in place of WKV (upernet_sola-t-gdn_toy-ade.py)
+   and with historical attention in its softmax layers
+   (upernet_sola-t-havit_toy-ade.py);
    prints their mIoU next to the chance level and saves SoLA-T's prediction
    pictures (SegLocalVisualizer);
 3. fine-tunes Mask R-CNN-SoLA-T (configs/sola/demo/mask-rcnn_sola-t_fpn_toy-coco.py)
@@ -39,6 +41,7 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_MODELS = [
     ('UPerNet-SoLA-T', 'configs/sola/demo/upernet_sola-t_toy-ade.py'),
     ('UPerNet-SoLA-T-GDN', 'configs/sola/demo/upernet_sola-t-gdn_toy-ade.py'),
+    ('UPerNet-SoLA-T-HAViT', 'configs/sola/demo/upernet_sola-t-havit_toy-ade.py'),
 ]
 DET_CONFIG = osp.join(ROOT,
                       'configs/sola/demo/mask-rcnn_sola-t_fpn_toy-coco.py')
