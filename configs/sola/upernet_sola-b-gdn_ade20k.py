@@ -3,12 +3,3 @@
 _base_ = ['./upernet_sola-b_ade20k.py']
 
 model = dict(backbone=dict(arch='b-gdn'))
-
-# Gated DeltaNet's decay parameters and per-head output RMSNorm: no weight decay
-optim_wrapper = dict(
-    paramwise_cfg=dict(
-        custom_keys={
-            'attn.A_log': dict(decay_mult=0.),
-            'attn.dt_bias': dict(decay_mult=0.),
-            'attn.o_norm': dict(decay_mult=0.),
-        }))

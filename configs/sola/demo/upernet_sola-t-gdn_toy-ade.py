@@ -4,11 +4,3 @@
 _base_ = ['./upernet_sola-t_toy-ade.py']
 
 model = dict(backbone=dict(arch='t-gdn'))
-
-optim_wrapper = dict(
-    paramwise_cfg=dict(
-        custom_keys={
-            'attn.A_log': dict(decay_mult=0.),
-            'attn.dt_bias': dict(decay_mult=0.),
-            'attn.o_norm': dict(decay_mult=0.),
-        }))
