@@ -16,7 +16,6 @@ indicative. Prints a table, writes CSV and a PNG plot:
     python tools/benchmark_attention.py --device cuda --dtype bfloat16
 """
 import argparse
-import csv
 import os
 import time
 
@@ -24,6 +23,7 @@ import torch
 
 from mmhybrid.layers import (CrossShapedWindowAttention, ELFATTAttention,
                              GlobalAttention, ShiftedWindowAttention)
+from mmhybrid.utils.results import write_csv
 
 # stage-1 maps (input / 4) of 224^2, 384^2, 512^2, 512x1024, 512x2048, 1024^2
 SHAPES = [(56, 56), (96, 96), (128, 128), (128, 256), (128, 512), (256, 256)]
@@ -154,10 +154,7 @@ def main():
               f'{r["fwd_bwd_ms"]:11.2f} {r["fwd_peak_mib"]:9.1f} '
               f'{r["fwd_bwd_peak_mib"]:9.1f} {ratio:8.2f}x')
     csv_path = os.path.join(args.out, f'attention_{args.backbone}.csv')
-    with open(csv_path, 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, csv_path)
     png_path = os.path.join(args.out, f'attention_{args.backbone}.png')
     plot(rows, png_path, title)
     print(f'wrote {csv_path} and {png_path}')

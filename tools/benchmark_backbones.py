@@ -23,7 +23,6 @@ Swin-T at each size::
 Writes ``backbones_<device>.csv`` and ``.png`` under ``--out``.
 """
 import argparse
-import csv
 import importlib
 import json
 import math
@@ -35,6 +34,8 @@ import sys
 import time
 
 import torch
+
+from mmhybrid.utils.results import write_csv
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 MODELS = {
@@ -313,10 +314,7 @@ def main():
     stem = osp.join(args.out, f'backbones_{args.device}')
     keys = ['model', 'mode', 'size', 'pixels', 'batch', 'status', 'time_ms',
             'img_per_s', 'peak_mb', 'params_m', 'time_vs_swin_t', 'mem_vs_swin_t']
-    with open(stem + '.csv', 'w', newline='') as f:
-        writer = csv.DictWriter(f, keys, extrasaction='ignore')
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, stem + '.csv', keys)
     plot(rows, args.models, stem + '.png')
     print(f'wrote {stem}.csv and {stem}.png')
 

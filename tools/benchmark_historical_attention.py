@@ -14,7 +14,6 @@ Markdown table and writes CSV.
         --shapes 2,6,1024,32 2,6,4096,32 1,12,16384,64
 """
 import argparse
-import csv
 import os
 import time
 
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 
 from mmhybrid.ops.historical_attention import (chunk_historical_attention,
                                                naive_historical_attention)
+from mmhybrid.utils.results import write_csv
 
 
 def make_calls(B, H, N, d, device, dtype):
@@ -100,12 +100,8 @@ def main():
         print(f"| {r['B']} | {r['heads']} | {r['N']} | {r['d']} | {r['op']} | "
               f"{r['ms']:.2f} | {r['x_linear']:.1f} | {r['peak_mib']:.0f} | "
               f"{r['history_mib']:.1f} |")
-    os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f'results_{args.device}.csv')
-    with open(path, 'w', newline='') as f:
-        writer = csv.DictWriter(f, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, path)
     print(f'wrote {path}')
 
 

@@ -18,7 +18,6 @@ GPU (paper anchor: Linear 4L, 231 img/s at 1024^2 on an A100, 9216^2 fits 40 GB)
         --resolutions 224 512 1024 2048 4096 9216 --markdown docs/benchmarks.md
 """
 import argparse
-import csv
 import json
 import os
 import resource
@@ -27,6 +26,8 @@ import sys
 import time
 
 import torch
+
+from mmhybrid.utils.results import write_csv
 
 MODELS = {'linear': 'L', 'pure': 'P', 'vit': 'S'}
 
@@ -179,10 +180,7 @@ def main():
     keys = ['model', 'depth', 'res', 'tokens', 'status', 'latency_ms',
             'img_per_s', 'peak_mb', 'params_m', 'speedup_vs_vit',
             'mem_ratio_vs_vit']
-    with open(os.path.join(args.out, 'infvit.csv'), 'w', newline='') as f:
-        writer = csv.DictWriter(f, keys, extrasaction='ignore')
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, os.path.join(args.out, 'infvit.csv'), keys)
     plot(rows, os.path.join(args.out, 'infvit.png'))
     if args.markdown:
         with open(args.markdown, 'a') as f:

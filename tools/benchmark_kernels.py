@@ -30,7 +30,6 @@ default CPU range is 1k..64k tokens, ``sdpa`` and ``naive`` stop at
     python tools/benchmark_kernels.py --device cuda --dtype bfloat16
 """
 import argparse
-import csv
 import inspect
 import math
 import os
@@ -41,6 +40,7 @@ import torch.nn.functional as F
 
 from mmhybrid.ops import block_attention, effatt, linear_infsa
 from mmhybrid.ops.wkv import available_wkv_backends, bi_wkv
+from mmhybrid.utils.results import write_csv
 
 
 def synchronize(device):
@@ -298,10 +298,7 @@ def main():
         print(f'skipped {name}: {reason}')
     fields = ['op', 'tokens', 'fwd_ms', 'fwd_bwd_ms', 'x_linear', 'peak_mib',
               'peak_x_input'] + (['fwd_bw_frac', 'fwd_bwd_bw_frac'] if bandwidth else [])
-    with open(os.path.join(args.out, 'kernels.csv'), 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, os.path.join(args.out, 'kernels.csv'), fields)
     plot(rows, args, os.path.join(args.out, 'kernels.png'))
     print(f'wrote {args.out}/kernels.csv and kernels.png')
 

@@ -17,7 +17,6 @@ CSV and PNG.
     python tools/benchmark_sd.py --device cpu --reduced
 """
 import argparse
-import csv
 import math
 import os
 import time
@@ -25,6 +24,7 @@ import time
 import torch
 
 from mmhybrid.diffusion import ToMeElfattProcessor, apply_patch, remove_patch
+from mmhybrid.utils.results import write_csv
 
 SD15_UNET = dict(
     sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
@@ -239,10 +239,7 @@ def main():
             print(f'{image:>5}^2  {early_steps:3d} ELFATT steps  {sec:8.3f} s/img')
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f'benchmark_sd_{args.device}')
-    with open(stem + '.csv', 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=list(results[0]))
-        writer.writeheader()
-        writer.writerows(results)
+    write_csv(results, stem + '.csv')
     plot(results, stem + '.png')
     print(f'wrote {stem}.csv and {stem}.png')
 

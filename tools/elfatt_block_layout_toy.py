@@ -17,7 +17,6 @@ windows, LePE on the image: separates the two changes).
     python tools/elfatt_block_layout_toy.py [--iters 300] [--seeds 0 1]
 """
 import argparse
-import csv
 import os
 import os.path as osp
 import time
@@ -28,6 +27,7 @@ import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.layers import ELFATTAttention, ImageAttention
 from mmhybrid.utils import build_runner, load_config
 from mmhybrid.utils.toy_data import make_toy_ade20k
+from mmhybrid.utils.results import write_csv
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG = osp.join(ROOT, 'configs/elfatt/upernet_swin-t-elfatt_ade20k.py')
@@ -128,11 +128,7 @@ def main():
         per_seed = ' / '.join(f"{r['mIoU']:.2f}" for r in sel)
         print(f"| {arm} | {per_seed} | {sum(r['mIoU'] for r in sel) / len(sel):.2f} "
               f"| {sum(r['mAcc'] for r in sel) / len(sel):.2f} |")
-    os.makedirs(args.out, exist_ok=True)
-    with open(osp.join(args.out, 'results.csv'), 'w', newline='') as f:
-        writer = csv.DictWriter(f, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, osp.join(args.out, 'results.csv'))
     print(f'wrote {args.out}/results.csv')
 
 

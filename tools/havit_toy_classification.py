@@ -13,7 +13,6 @@ the plain ViT with the same layout), for each seed.
     OMP_NUM_THREADS=1 python tools/havit_toy_classification.py [--epochs 25] [--seeds 0 1]
 """
 import argparse
-import csv
 import os
 import time
 
@@ -22,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmhybrid.models.backbones import HAViT
+from mmhybrid.utils.results import write_csv
 
 GRID, PATCH, MARKERS, CLASSES = 6, 4, 8, 5
 PALETTE = torch.tensor([[1., 0., 0.], [0., 0., 1.], [0., 1., 0.], [1., 1., 0.]])
@@ -125,11 +125,7 @@ def main():
                 for k in ('test_acc', 'test_loss', 'train_loss')}
         print(f"| {alpha:.2f} | mean | {mean['test_acc']:.3f} | "
               f"{mean['test_loss']:.3f} | {mean['train_loss']:.3f} |")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, 'results.csv'), 'w', newline='') as f:
-        writer = csv.DictWriter(f, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, os.path.join(args.out, 'results.csv'))
     print(f'wrote {args.out}/results.csv')
 
 

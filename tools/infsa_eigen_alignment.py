@@ -9,13 +9,13 @@ iterations), for several token counts. Prints a table, writes CSV and a PNG.
     python tools/infsa_eigen_alignment.py [--out work_dirs/infsa_alignment]
 """
 import argparse
-import csv
 import os
 
 import torch
 import torch.nn.functional as F
 
 from mmhybrid.ops.infsa import linear_infsa_weights, perron_vector
+from mmhybrid.utils.results import write_csv
 
 
 def ranks(x):
@@ -61,11 +61,7 @@ def main():
             r = rows[-1]
             print(f"| {n} | {shift} | {r['cos_mean']:.4f} | {r['cos_min']:.4f} | "
                   f"{r['spearman_mean']:.4f} |", flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, 'alignment.csv'), 'w', newline='') as f:
-        writer = csv.DictWriter(f, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, os.path.join(args.out, 'alignment.csv'))
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt

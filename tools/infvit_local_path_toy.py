@@ -12,7 +12,6 @@ held-out set (token accuracy and mIoU over the three classes).
     python tools/infvit_local_path_toy.py [--steps 300] [--seeds 0 1]
 """
 import argparse
-import csv
 import os
 import time
 
@@ -21,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmhybrid.models.backbones import InfViT
+from mmhybrid.utils.results import write_csv
 
 CLASSES = 3
 COLOURS = torch.tensor([[0., 0., 0.], [1., 0.2, 0.], [0., 0.2, 1.]])
@@ -118,11 +118,7 @@ def main():
         acc = sum(r['acc'] for r in sel) / len(sel)
         mi = sum(r['miou'] for r in sel) / len(sel)
         print(f'| {name} | {acc:.3f} | {mi:.3f} | {len(sel)} |')
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, 'results.csv'), 'w', newline='') as f:
-        writer = csv.DictWriter(f, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, os.path.join(args.out, 'results.csv'))
     print(f'wrote {args.out}/results.csv')
 
 

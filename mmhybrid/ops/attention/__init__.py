@@ -9,10 +9,9 @@ else ``torch.nn.functional.scaled_dot_product_attention`` (which picks its own
 fused kernel). ``MMHYBRID_ATTN_BACKEND=sdpa|flash`` forces one; forcing ``flash``
 where it cannot run raises instead of falling back silently.
 """
-import os
-
 import torch.nn.functional as F
 
+from ..dispatch import choose_backend
 from .flash import flash_attention, flash_unusable_reason
 
 ENV_VAR = 'MMHYBRID_ATTN_BACKEND'
@@ -25,12 +24,8 @@ def attention_backend(q, k, v, backend=None):
     ``backend`` (or else ``$MMHYBRID_ATTN_BACKEND``) forces ``'sdpa'`` or
     ``'flash'``; None, empty or ``'auto'`` choose flash wherever it can run.
     """
-    name = backend or os.environ.get(ENV_VAR) or 'auto'
-    if name == 'auto':
-        return 'flash' if flash_unusable_reason(q, k, v) is None else 'sdpa'
-    if name not in BACKENDS:
-        raise ValueError(f'unknown attention backend {name!r} (from backend= or '
-                         f'{ENV_VAR}); use one of {BACKENDS} or auto')
+    name = choose_backend('attention', BACKENDS, lambda: 'sdpa' if flash_unusable_reason(
+        q, k, v) else 'flash', backend, ENV_VAR)
     if name == 'flash':
         reason = flash_unusable_reason(q, k, v)
         if reason is not None:

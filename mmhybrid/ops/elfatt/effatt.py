@@ -5,10 +5,10 @@
 ``MMHYBRID_EFFATT_BACKEND=torch|triton`` forces one.
 """
 import importlib
-import os
 
 import torch
 
+from ..dispatch import choose_backend, triton_if_usable
 from ..head_matmul import head_matmul
 
 ENV_VAR = 'MMHYBRID_EFFATT_BACKEND'
@@ -23,19 +23,8 @@ def _fused():
 def effatt_backend(q, k, v, backend=None):
     """``backend``, else ``$MMHYBRID_EFFATT_BACKEND``, else ``'triton'`` for CUDA
     tensors when Triton imports and ``'torch'`` otherwise."""
-    name = backend or os.environ.get(ENV_VAR) or 'auto'
-    if name == 'auto':
-        if not q.is_cuda:
-            return 'torch'
-        try:
-            return 'triton' if _fused().triton_unusable_reason(q, k, v) is None \
-                else 'torch'
-        except ImportError:
-            return 'torch'
-    if name not in BACKENDS:
-        raise ValueError(f'unknown EFFATT backend {name!r} (from backend= or '
-                         f'{ENV_VAR}); use one of {BACKENDS} or auto')
-    return name
+    return choose_backend('EFFATT', BACKENDS, lambda: triton_if_usable(_fused, q, k, v),
+                          backend, ENV_VAR)
 
 
 def effatt(q, k, v, backend=None):

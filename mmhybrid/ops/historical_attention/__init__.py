@@ -8,20 +8,14 @@ it. ``chunk`` (default) works in query blocks with a block-wise backward, so the
 only N x N tensor is the history itself; ``naive`` is the reference for tests. A
 GPU kernel registers itself with :func:`register_historical_attention_backend`.
 """
+from ..dispatch import BackendRegistry
 from .chunk import chunk_historical_attention
 from .naive import naive_historical_attention
 
-_BACKENDS = {'naive': naive_historical_attention,
-             'chunk': chunk_historical_attention}
-_DEFAULT = {'cpu': 'chunk', 'cuda': 'chunk'}
-
-
-def register_historical_attention_backend(name, fn, default_for=()):
-    """Add a backend with :func:`historical_attention`'s signature (no ``backend``);
-    default for the device types given."""
-    _BACKENDS[name] = fn
-    for device_type in default_for:
-        _DEFAULT[device_type] = name
+BACKENDS = BackendRegistry('historical attention',
+                           {'naive': naive_historical_attention,
+                            'chunk': chunk_historical_attention})
+register_historical_attention_backend = BACKENDS.register
 
 
 def historical_attention(q, k, v, history=None, alpha=0.45, scale=None,
@@ -54,12 +48,9 @@ def historical_attention(q, k, v, history=None, alpha=0.45, scale=None,
                          f'shape {tuple(q.shape)}; got {tuple(history.shape)}')
     if not 0 <= alpha <= 1:
         raise ValueError(f'alpha must be in [0, 1], got {alpha}')
-    name = backend or _DEFAULT.get(q.device.type, 'chunk')
-    if name not in _BACKENDS:
-        raise KeyError(f'unknown historical attention backend {name!r}; have '
-                       f'{sorted(_BACKENDS)}')
-    return _BACKENDS[name](q, k, v, history, alpha=alpha, scale=scale,
-                           dropout_p=dropout_p, return_history=return_history)
+    fn = BACKENDS.lookup(q.device.type, backend)
+    return fn(q, k, v, history, alpha=alpha, scale=scale, dropout_p=dropout_p,
+              return_history=return_history)
 
 
 __all__ = [

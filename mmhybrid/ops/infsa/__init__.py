@@ -14,22 +14,16 @@ The discount gamma and the cross-layer accumulation (Eq. 9/23) live in the layer
 (:class:`mmhybrid.layers.InfSAttention`), not in these parameter-free ops.
 """
 import importlib
-import os
 
+from ..dispatch import BackendRegistry, choose_backend, triton_if_usable
 from .chunk import chunk_pure_infsa
 from .linear import linear_infsa_weights, torch_linear_infsa_context
 from .naive import naive_linear_infsa, naive_pure_infsa
 from .spectral import eigen_alignment, perron_vector
 
-_BACKENDS = {'naive': naive_pure_infsa, 'chunk': chunk_pure_infsa}
-_DEFAULT = {'cpu': 'chunk', 'cuda': 'chunk'}
-
-
-def register_pure_infsa_backend(name, fn, default_for=()):
-    """Add a backend ``fn(q, k, v, scale, eps)``; default for the device types given."""
-    _BACKENDS[name] = fn
-    for device_type in default_for:
-        _DEFAULT[device_type] = name
+PURE_BACKENDS = BackendRegistry('pure InfSA', {'naive': naive_pure_infsa,
+                                              'chunk': chunk_pure_infsa})
+register_pure_infsa_backend = PURE_BACKENDS.register
 
 
 def pure_infsa(q, k, v, scale=None, eps=1e-6, backend=None):
@@ -47,11 +41,8 @@ def pure_infsa(q, k, v, scale=None, eps=1e-6, backend=None):
         raise ValueError(f'q, k, v must be (B, heads, N, d) with equal leading '
                          f'dims; got {tuple(q.shape)}, {tuple(k.shape)}, '
                          f'{tuple(v.shape)}')
-    name = backend or _DEFAULT.get(q.device.type, 'chunk')
-    if name not in _BACKENDS:
-        raise KeyError(f'unknown pure InfSA backend {name!r}; have '
-                       f'{sorted(_BACKENDS)}')
-    return _BACKENDS[name](q, k, v, scale=scale, eps=eps)
+    fn = PURE_BACKENDS.lookup(q.device.type, backend)
+    return fn(q, k, v, scale=scale, eps=eps)
 
 
 LINEAR_ENV_VAR = 'MMHYBRID_INFSA_BACKEND'
@@ -68,19 +59,9 @@ def linear_infsa_backend(q, k, v, backend=None):
     ``$MMHYBRID_INFSA_BACKEND``, else ``'triton'`` for CUDA tensors when Triton
     imports and ``'torch'`` otherwise. A forced ``'triton'`` that cannot run raises.
     """
-    name = backend or os.environ.get(LINEAR_ENV_VAR) or 'auto'
-    if name == 'auto':
-        if not q.is_cuda:
-            return 'torch'
-        try:
-            return 'triton' if _fused().triton_unusable_reason(q, k, v) is None \
-                else 'torch'
-        except ImportError:
-            return 'torch'
-    if name not in LINEAR_BACKENDS:
-        raise ValueError(f'unknown Linear InfSA backend {name!r} (from backend= or '
-                         f'{LINEAR_ENV_VAR}); use one of {LINEAR_BACKENDS} or auto')
-    return name
+    return choose_backend('Linear InfSA', LINEAR_BACKENDS,
+                          lambda: triton_if_usable(_fused, q, k, v), backend,
+                          LINEAR_ENV_VAR)
 
 
 def linear_infsa_context(q, k, v, eps=1e-6, backend=None):

@@ -7,22 +7,15 @@ the fused kernels (registered when triton imports; the default for CUDA tensors)
 ``backend=`` argument wins over both. Other kernels register with
 :func:`register_wkv_backend`.
 """
-import os
-
+from ..dispatch import BackendRegistry
 from .chunk import chunk_bi_wkv
 from .naive import naive_bi_wkv
 
-_BACKENDS = {'naive': naive_bi_wkv, 'chunk': chunk_bi_wkv, 'torch': chunk_bi_wkv}
-_DEFAULT = {'cpu': 'chunk', 'cuda': 'chunk'}
 ENV_VAR = 'MMHYBRID_WKV_BACKEND'
-
-
-def register_wkv_backend(name, fn, default_for=()):
-    """Add a backend ``fn(w, u, k, v)``; make it the default for device types given."""
-    _BACKENDS[name] = fn
-    for device_type in default_for:
-        _DEFAULT[device_type] = name
-
+BACKENDS = BackendRegistry('WKV', {'naive': naive_bi_wkv, 'chunk': chunk_bi_wkv,
+                                   'torch': chunk_bi_wkv}, env_var=ENV_VAR)
+register_wkv_backend = BACKENDS.register
+available_wkv_backends = BACKENDS.names
 
 try:
     from .fused import fused_bi_wkv
@@ -30,10 +23,6 @@ except ImportError:  # no triton: the chunk path serves every device
     fused_bi_wkv = None
 else:
     register_wkv_backend('triton', fused_bi_wkv, default_for=('cuda', ))
-
-
-def available_wkv_backends():
-    return sorted(_BACKENDS)
 
 
 def bi_wkv(w, u, k, v, backend=None):
@@ -61,13 +50,7 @@ def bi_wkv(w, u, k, v, backend=None):
     if w.shape != (C, ) or u.shape != (C, ):
         raise ValueError(f'w and u must be ({C},); got {tuple(w.shape)} and '
                          f'{tuple(u.shape)}')
-    name = (backend or os.environ.get(ENV_VAR)
-            or _DEFAULT.get(k.device.type, 'chunk'))
-    if name not in _BACKENDS:
-        hint = (' (triton is not installed)' if name == 'triton' else '')
-        raise KeyError(f'unknown WKV backend {name!r}{hint}; have '
-                       f'{available_wkv_backends()}')
-    return _BACKENDS[name](w, u, k, v)
+    return BACKENDS.lookup(k.device.type, backend)(w, u, k, v)
 
 
 __all__ = [
