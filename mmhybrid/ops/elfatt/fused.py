@@ -21,38 +21,21 @@ accumulators are float32 (float64 for float64 inputs); the three products use
 full ``ieee`` precision, not TF32). ``TRITON_INTERPRET=1`` set before Triton is imported
 runs the kernels on CPU tensors (tests).
 """
-import os
-
 import torch
 import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ..token_tiling import TokenTiling
-
-INTERPRETED = os.environ.get('TRITON_INTERPRET', '0') == '1'
-
-
-@triton.jit
-def _offsets(rows, cols, s_n, s_d):
-    return rows[:, None].to(tl.int64) * s_n + cols[None, :] * s_d
-
+from ..triton_tiles import INTERPRETED, head_pointer, load_tile, store_tile
 
 @triton.jit
 def _query_softmax(q_ptr, rows, cols, N, D, s_n, s_d, ACC: tl.constexpr):
     """softmax over the d features of each row of a (BLOCK_N, BLOCK_D) tile."""
-    mask = (rows[:, None] < N) & (cols[None, :] < D)
-    q = tl.load(q_ptr + _offsets(rows, cols, s_n, s_d), mask=mask, other=0.).to(ACC)
+    q = load_tile(q_ptr, rows, cols, N, D, s_n, s_d, ACC)
     q = tl.where(cols[None, :] < D, q, float('-inf'))
     q = tl.exp(q - tl.max(q, axis=1)[:, None])
     return q / tl.sum(q, axis=1)[:, None]
-
-
-@triton.jit
-def _small(ptr, cols, cols_v, D, DV):
-    """A (BLOCK_D, BLOCK_DV) tile of a contiguous (d, dv) matrix, zero padded."""
-    mask = (cols[:, None] < D) & (cols_v[None, :] < DV)
-    return tl.load(ptr + cols[:, None] * DV + cols_v[None, :], mask=mask, other=0.)
 
 
 @triton.jit
@@ -63,32 +46,28 @@ def _key_context_kernel(k_ptr, v_ptr, part_m_ptr, part_l_ptr, part_c_ptr, N, D, 
                         BLOCK_DV: tl.constexpr):
     """Partial column max ``m``, ``sum exp(K - m)`` and ``exp(K - m)^T V``."""
     pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
-    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
-    k_ptr += b * sk_b + h * sk_h
-    v_ptr += b * sv_b + h * sv_h
+    k_ptr = head_pointer(k_ptr, pid_bh, H, sk_b, sk_h)
+    v_ptr = head_pointer(v_ptr, pid_bh, H, sv_b, sv_h)
     cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     col_max = tl.full([BLOCK_D], float('-inf'), ACC)
     col_sum = tl.zeros([BLOCK_D], ACC)
     context = tl.zeros([BLOCK_D, BLOCK_DV], ACC)
     for start in range(0, rows_per_program, BLOCK_N):
         rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
-        k = tl.load(k_ptr + _offsets(rows, cols, sk_n, sk_d),
-                    mask=(rows[:, None] < N) & (cols[None, :] < D), other=0.).to(ACC)
+        k = load_tile(k_ptr, rows, cols, N, D, sk_n, sk_d, ACC)
         k = tl.where(rows[:, None] < N, k, float('-inf'))
-        v = tl.load(v_ptr + _offsets(rows, cols_v, sv_n, sv_d),
-                    mask=(rows[:, None] < N) & (cols_v[None, :] < DV), other=0.)
+        v = load_tile(v_ptr, rows, cols_v, N, DV, sv_n, sv_d, DOT)
         new_max = tl.maximum(col_max, tl.max(k, axis=0))
         rescale = tl.exp(col_max - new_max)
         p = tl.exp(k - new_max[None, :])
         col_sum = col_sum * rescale + tl.sum(p, axis=0)
         context = context * rescale[:, None] + tl.dot(
-            tl.trans(p.to(DOT)), v.to(DOT), input_precision='ieee').to(ACC)
+            tl.trans(p.to(DOT)), v, input_precision='ieee').to(ACC)
         col_max = new_max
     part = pid_bh * tl.num_programs(1) + pid_n
     tl.store(part_m_ptr + part * D + cols, col_max, mask=cols < D)
     tl.store(part_l_ptr + part * D + cols, col_sum, mask=cols < D)
-    tl.store(part_c_ptr + part * D * DV + cols[:, None] * DV + cols_v[None, :], context,
-             mask=(cols[:, None] < D) & (cols_v[None, :] < DV))
+    store_tile(part_c_ptr + part * D * DV, context, cols, cols_v, D, DV, DV, 1)
 
 
 @triton.jit
@@ -99,18 +78,15 @@ def _query_output_kernel(q_ptr, context_ptr, out_ptr, N, D, DV, H,
                          BLOCK_DV: tl.constexpr):
     """``softmax_d(Q) C`` for this program's tokens."""
     pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
-    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
-    q_ptr += b * sq_b + h * sq_h
-    out_ptr += b * so_b + h * so_h
+    q_ptr = head_pointer(q_ptr, pid_bh, H, sq_b, sq_h)
+    out_ptr = head_pointer(out_ptr, pid_bh, H, so_b, so_h)
     cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    context = _small(context_ptr + pid_bh * D * DV, cols, cols_v, D, DV).to(DOT)
+    context = load_tile(context_ptr + pid_bh * D * DV, cols, cols_v, D, DV, DV, 1, DOT)
     for start in range(0, rows_per_program, BLOCK_N):
         rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
         q = _query_softmax(q_ptr, rows, cols, N, D, sq_n, sq_d, ACC)
         out = tl.dot(q.to(DOT), context, input_precision='ieee')
-        tl.store(out_ptr + _offsets(rows, cols_v, so_n, so_d),
-                 out.to(out_ptr.dtype.element_ty),
-                 mask=(rows[:, None] < N) & (cols_v[None, :] < DV))
+        store_tile(out_ptr, out, rows, cols_v, N, DV, so_n, so_d)
 
 
 @triton.jit
@@ -121,29 +97,23 @@ def _query_grad_kernel(q_ptr, do_ptr, context_ptr, dq_ptr, part_dc_ptr, N, D, DV
                        BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     """``dQ`` of the feature softmax and the partial ``dC = softmax(Q)^T dO``."""
     pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
-    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
-    q_ptr += b * sq_b + h * sq_h
-    do_ptr += b * so_b + h * so_h
-    dq_ptr += b * sdq_b + h * sdq_h
+    q_ptr = head_pointer(q_ptr, pid_bh, H, sq_b, sq_h)
+    do_ptr = head_pointer(do_ptr, pid_bh, H, so_b, so_h)
+    dq_ptr = head_pointer(dq_ptr, pid_bh, H, sdq_b, sdq_h)
     cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    context = _small(context_ptr + pid_bh * D * DV, cols, cols_v, D, DV).to(DOT)
+    context = load_tile(context_ptr + pid_bh * D * DV, cols, cols_v, D, DV, DV, 1, DOT)
     grad_context = tl.zeros([BLOCK_D, BLOCK_DV], ACC)
     for start in range(0, rows_per_program, BLOCK_N):
         rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
         q = _query_softmax(q_ptr, rows, cols, N, D, sq_n, sq_d, ACC)
-        do = tl.load(do_ptr + _offsets(rows, cols_v, so_n, so_d),
-                     mask=(rows[:, None] < N) & (cols_v[None, :] < DV),
-                     other=0.).to(DOT)
+        do = load_tile(do_ptr, rows, cols_v, N, DV, so_n, so_d, DOT)
         dq = tl.dot(do, tl.trans(context), input_precision='ieee').to(ACC)
         dq = q * (dq - tl.sum(dq * q, axis=1)[:, None])
-        tl.store(dq_ptr + _offsets(rows, cols, sdq_n, sdq_d),
-                 dq.to(dq_ptr.dtype.element_ty),
-                 mask=(rows[:, None] < N) & (cols[None, :] < D))
+        store_tile(dq_ptr, dq, rows, cols, N, D, sdq_n, sdq_d)
         grad_context += tl.dot(tl.trans(q.to(DOT)), do,
                                input_precision='ieee').to(ACC)
     part = pid_bh * tl.num_programs(1) + pid_n
-    tl.store(part_dc_ptr + part * D * DV + cols[:, None] * DV + cols_v[None, :],
-             grad_context, mask=(cols[:, None] < D) & (cols_v[None, :] < DV))
+    store_tile(part_dc_ptr + part * D * DV, grad_context, cols, cols_v, D, DV, DV, 1)
 
 
 @triton.jit
@@ -156,32 +126,26 @@ def _key_value_grad_kernel(k_ptr, v_ptr, col_max_ptr, col_sum_ptr, dc_ptr, g_ptr
                            BLOCK_DV: tl.constexpr):
     """``dV = K_s dC`` and ``dK = K_s * (V dC^T - g)`` for this program's tokens."""
     pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
-    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
-    k_ptr += b * sk_b + h * sk_h
-    v_ptr += b * sv_b + h * sv_h
-    dk_ptr += b * sdk_b + h * sdk_h
-    dv_ptr += b * sdv_b + h * sdv_h
+    k_ptr = head_pointer(k_ptr, pid_bh, H, sk_b, sk_h)
+    v_ptr = head_pointer(v_ptr, pid_bh, H, sv_b, sv_h)
+    dk_ptr = head_pointer(dk_ptr, pid_bh, H, sdk_b, sdk_h)
+    dv_ptr = head_pointer(dv_ptr, pid_bh, H, sdv_b, sdv_h)
     cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     col_ok = cols < D
     col_max = tl.load(col_max_ptr + pid_bh * D + cols, mask=col_ok, other=0.)
     col_sum = tl.load(col_sum_ptr + pid_bh * D + cols, mask=col_ok, other=1.)
     g = tl.load(g_ptr + pid_bh * D + cols, mask=col_ok, other=0.)
-    grad_context = _small(dc_ptr + pid_bh * D * DV, cols, cols_v, D, DV).to(DOT)
+    grad_context = load_tile(dc_ptr + pid_bh * D * DV, cols, cols_v, D, DV, DV, 1, DOT)
     for start in range(0, rows_per_program, BLOCK_N):
         rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
-        k_mask = (rows[:, None] < N) & col_ok[None, :]
-        v_mask = (rows[:, None] < N) & (cols_v[None, :] < DV)
-        k = tl.load(k_ptr + _offsets(rows, cols, sk_n, sk_d), mask=k_mask,
-                    other=0.).to(ACC)
-        k = tl.where(k_mask, tl.exp(k - col_max[None, :]) / col_sum[None, :], 0.)
-        v = tl.load(v_ptr + _offsets(rows, cols_v, sv_n, sv_d), mask=v_mask,
-                    other=0.).to(DOT)
+        k = load_tile(k_ptr, rows, cols, N, D, sk_n, sk_d, ACC)
+        k = tl.where((rows[:, None] < N) & col_ok[None, :],
+                     tl.exp(k - col_max[None, :]) / col_sum[None, :], 0.)
+        v = load_tile(v_ptr, rows, cols_v, N, DV, sv_n, sv_d, DOT)
         dk = tl.dot(v, tl.trans(grad_context), input_precision='ieee').to(ACC)
-        tl.store(dk_ptr + _offsets(rows, cols, sdk_n, sdk_d),
-                 (k * (dk - g[None, :])).to(dk_ptr.dtype.element_ty), mask=k_mask)
+        store_tile(dk_ptr, k * (dk - g[None, :]), rows, cols, N, D, sdk_n, sdk_d)
         dv = tl.dot(k.to(DOT), grad_context, input_precision='ieee')
-        tl.store(dv_ptr + _offsets(rows, cols_v, sdv_n, sdv_d),
-                 dv.to(dv_ptr.dtype.element_ty), mask=v_mask)
+        store_tile(dv_ptr, dv, rows, cols_v, N, DV, sdv_n, sdv_d)
 
 
 def _dot_dtype(dtype):

@@ -18,31 +18,13 @@ size N x d is stored between forward and backward. Inputs may be any strided
 ``TRITON_INTERPRET=1`` set before Triton is imported runs the kernels in Triton's
 interpreter on CPU tensors (tests; see tests/_triton.py).
 """
-import os
-
 import torch
 import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ..token_tiling import TokenTiling
-
-INTERPRETED = os.environ.get('TRITON_INTERPRET', '0') == '1'
-
-
-@triton.jit
-def _tile(ptr, rows, cols, N, D, s_n, s_d, ACC: tl.constexpr):
-    mask = (rows[:, None] < N) & (cols[None, :] < D)
-    offsets = rows[:, None].to(tl.int64) * s_n + cols[None, :] * s_d
-    return tl.load(ptr + offsets, mask=mask, other=0.).to(ACC)
-
-
-@triton.jit
-def _store_tile(ptr, value, rows, cols, N, D, s_n, s_d):
-    mask = (rows[:, None] < N) & (cols[None, :] < D)
-    offsets = rows[:, None].to(tl.int64) * s_n + cols[None, :] * s_d
-    tl.store(ptr + offsets, value.to(ptr.dtype.element_ty), mask=mask)
-
+from ..triton_tiles import INTERPRETED, head_pointer, load_tile, store_tile
 
 @triton.jit
 def _energy_kernel(q_ptr, part_e_ptr, part_m_ptr, N, D, H,
@@ -50,13 +32,13 @@ def _energy_kernel(q_ptr, part_e_ptr, part_m_ptr, N, D, H,
                    ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """Partial ``sum_i e_i`` and ``sum_i e_i Q_i`` over this program's rows."""
     pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
-    q_ptr += (pid_bh // H).to(tl.int64) * sq_b + (pid_bh % H).to(tl.int64) * sq_h
+    q_ptr = head_pointer(q_ptr, pid_bh, H, sq_b, sq_h)
     cols = tl.arange(0, BLOCK_D)
     energy = tl.zeros([BLOCK_N], ACC)
     moment = tl.zeros([BLOCK_D], ACC)
     for start in range(0, rows_per_program, BLOCK_N):
         rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
-        q = _tile(q_ptr, rows, cols, N, D, sq_n, sq_d, ACC)
+        q = load_tile(q_ptr, rows, cols, N, D, sq_n, sq_d, ACC)
         e = tl.sqrt(tl.sum(q * q, axis=1))
         energy += e
         moment += tl.sum(e[:, None] * q, axis=0)
@@ -72,18 +54,17 @@ def _context_kernel(k_ptr, v_ptr, central_ptr, part_s_ptr, part_p_ptr, N, D, DV,
                     BLOCK_DV: tl.constexpr):
     """Partial ``sum_j s_j`` and ``sum_j s_j V_j``, ``s_j = [qbar . K_j]_+``."""
     pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
-    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
-    k_ptr += b * sk_b + h * sk_h
-    v_ptr += b * sv_b + h * sv_h
+    k_ptr = head_pointer(k_ptr, pid_bh, H, sk_b, sk_h)
+    v_ptr = head_pointer(v_ptr, pid_bh, H, sv_b, sv_h)
     cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     central = tl.load(central_ptr + pid_bh * D + cols, mask=cols < D, other=0.)
     score = tl.zeros([BLOCK_N], ACC)
     pooled = tl.zeros([BLOCK_DV], ACC)
     for start in range(0, rows_per_program, BLOCK_N):
         rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
-        k = _tile(k_ptr, rows, cols, N, D, sk_n, sk_d, ACC)
+        k = load_tile(k_ptr, rows, cols, N, D, sk_n, sk_d, ACC)
         s = tl.maximum(tl.sum(k * central[None, :], axis=1), 0.)
-        v = _tile(v_ptr, rows, cols_v, N, DV, sv_n, sv_d, ACC)
+        v = load_tile(v_ptr, rows, cols_v, N, DV, sv_n, sv_d, ACC)
         score += s
         pooled += tl.sum(s[:, None] * v, axis=0)
     part = pid_bh * tl.num_programs(1) + pid_n
@@ -101,11 +82,10 @@ def _key_value_grad_kernel(k_ptr, v_ptr, central_ptr, grad_ptr, grad_h_ptr,
     """``dV_j = s_j g``, ``dz_j = [s_j > 0](V_j . g - h . g)``, ``dK_j = dz_j qbar``
     and the partial ``sum_j dz_j K_j``, with ``g = G / (S + eps)``."""
     pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
-    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
-    k_ptr += b * sk_b + h * sk_h
-    v_ptr += b * sv_b + h * sv_h
-    dk_ptr += b * sdk_b + h * sdk_h
-    dv_ptr += b * sdv_b + h * sdv_h
+    k_ptr = head_pointer(k_ptr, pid_bh, H, sk_b, sk_h)
+    v_ptr = head_pointer(v_ptr, pid_bh, H, sv_b, sv_h)
+    dk_ptr = head_pointer(dk_ptr, pid_bh, H, sdk_b, sdk_h)
+    dv_ptr = head_pointer(dv_ptr, pid_bh, H, sdv_b, sdv_h)
     cols, cols_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     central = tl.load(central_ptr + pid_bh * D + cols, mask=cols < D, other=0.)
     grad = tl.load(grad_ptr + pid_bh * DV + cols_v, mask=cols_v < DV, other=0.)
@@ -113,14 +93,14 @@ def _key_value_grad_kernel(k_ptr, v_ptr, central_ptr, grad_ptr, grad_h_ptr,
     grad_central = tl.zeros([BLOCK_D], ACC)
     for start in range(0, rows_per_program, BLOCK_N):
         rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
-        k = _tile(k_ptr, rows, cols, N, D, sk_n, sk_d, ACC)
-        v = _tile(v_ptr, rows, cols_v, N, DV, sv_n, sv_d, ACC)
+        k = load_tile(k_ptr, rows, cols, N, D, sk_n, sk_d, ACC)
+        v = load_tile(v_ptr, rows, cols_v, N, DV, sv_n, sv_d, ACC)
         z = tl.sum(k * central[None, :], axis=1)
-        _store_tile(dv_ptr, tl.maximum(z, 0.)[:, None] * grad[None, :], rows, cols_v,
-                    N, DV, sdv_n, sdv_d)
+        store_tile(dv_ptr, tl.maximum(z, 0.)[:, None] * grad[None, :], rows, cols_v,
+                   N, DV, sdv_n, sdv_d)
         dz = tl.where(z > 0, tl.sum(v * grad[None, :], axis=1) - grad_h, 0.)
-        _store_tile(dk_ptr, dz[:, None] * central[None, :], rows, cols, N, D,
-                    sdk_n, sdk_d)
+        store_tile(dk_ptr, dz[:, None] * central[None, :], rows, cols, N, D,
+                   sdk_n, sdk_d)
         grad_central += tl.sum(dz[:, None] * k, axis=0)
     part = pid_bh * tl.num_programs(1) + pid_n
     tl.store(part_dc_ptr + part * D + cols, grad_central, mask=cols < D)
@@ -133,22 +113,21 @@ def _query_grad_kernel(q_ptr, grad_m_ptr, grad_e_ptr, dq_ptr, N, D, H,
                        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """``dQ_i = e_i dm + (Q_i . dm + dE) Q_i / e_i`` (+ the ``dK`` already in dQ)."""
     pid_bh, pid_n = tl.program_id(0), tl.program_id(1)
-    b, h = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
-    q_ptr += b * sq_b + h * sq_h
-    dq_ptr += b * sdq_b + h * sdq_h
+    q_ptr = head_pointer(q_ptr, pid_bh, H, sq_b, sq_h)
+    dq_ptr = head_pointer(dq_ptr, pid_bh, H, sdq_b, sdq_h)
     cols = tl.arange(0, BLOCK_D)
     grad_m = tl.load(grad_m_ptr + pid_bh * D + cols, mask=cols < D, other=0.)
     grad_e = tl.load(grad_e_ptr + pid_bh)
     for start in range(0, rows_per_program, BLOCK_N):
         rows = pid_n * rows_per_program + start + tl.arange(0, BLOCK_N)
-        q = _tile(q_ptr, rows, cols, N, D, sq_n, sq_d, ACC)
+        q = load_tile(q_ptr, rows, cols, N, D, sq_n, sq_d, ACC)
         e = tl.sqrt(tl.sum(q * q, axis=1))
         coef = tl.sum(q * grad_m[None, :], axis=1) + grad_e
         coef = tl.where(e > 0, coef / tl.where(e > 0, e, 1.), 0.)
         dq = e[:, None] * grad_m[None, :] + coef[:, None] * q
         if ACCUMULATE:
-            dq += _tile(dq_ptr, rows, cols, N, D, sdq_n, sdq_d, ACC)
-        _store_tile(dq_ptr, dq, rows, cols, N, D, sdq_n, sdq_d)
+            dq += load_tile(dq_ptr, rows, cols, N, D, sdq_n, sdq_d, ACC)
+        store_tile(dq_ptr, dq, rows, cols, N, D, sdq_n, sdq_d)
 
 
 class _FusedLinearInfSA(torch.autograd.Function):
