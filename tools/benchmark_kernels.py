@@ -30,9 +30,11 @@ default CPU range is 1k..64k tokens, ``sdpa`` and ``naive`` stop at
     python tools/benchmark_kernels.py --device cuda --dtype bfloat16
 """
 import argparse
+import contextlib
 import inspect
 import math
 import os
+import sys
 import time
 
 import torch
@@ -60,10 +62,26 @@ def min_time(fn, repeat, device):
     return best
 
 
+@contextlib.contextmanager
+def stderr_to_devnull():
+    """Point file descriptor 2 at /dev/null: the profiler's C++ side logs a few
+    lines per run (profiler start/stop, no GPU) past Python's ``sys.stderr``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, 'w') as null:
+        os.dup2(null.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def cpu_peak_bytes(fn):
     """Peak of the running sum of CPU allocations recorded by the profiler."""
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with stderr_to_devnull(), profile(activities=[ProfilerActivity.CPU],
+                                      profile_memory=True) as prof:
         fn()
     events = [e for e in prof.profiler.kineto_results.events()
               if e.name() == '[memory]']
