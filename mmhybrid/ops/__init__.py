@@ -1,7 +1,8 @@
 """Functional ops (no parameters). Each op has a naive reference for tests."""
 from .agent import agent_attention
+from .attention import softmax_attention
 from .delta_rule import gated_delta_rule
-from .elfatt import block_attention, effatt
+from .elfatt import block_attention, effatt, window_block_attention
 from .historical_attention import historical_attention
 from .infsa import linear_infsa, pure_infsa
 from .sliding_window import sliding_window_attention
@@ -10,7 +11,8 @@ from .token_shift import quad_token_shift
 from .wkv import bi_wkv, register_wkv_backend
 
 __all__ = [
-    'bi_wkv', 'register_wkv_backend', 'quad_token_shift', 'block_attention',
+    'bi_wkv', 'register_wkv_backend', 'quad_token_shift', 'softmax_attention',
+    'block_attention', 'window_block_attention',
     'effatt', 'agent_attention', 'bipartite_soft_matching', 'merge_tokens',
     'unmerge_tokens', 'pure_infsa', 'linear_infsa', 'gated_delta_rule',
     'sliding_window_attention', 'historical_attention'
