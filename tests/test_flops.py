@@ -20,10 +20,10 @@ from mmhybrid.analysis import (Complexity, count_flops, delta_rule_macs,
                                historical_attention_macs, register_flops,
                                sliding_window_macs, wkv_macs)
 from mmhybrid.analysis.flop_counter import FLOP_FORMULAS
-from mmhybrid.analysis.paper_figures import PAPER_FIGURES
+from mmhybrid.analysis.paper_figures import ARCH_FIGURES, PAPER_FIGURES
 from mmhybrid.layers import (BidirectionalGatedDeltaNet, HistoricalAttention,
                              SlidingWindowAttention, SpatialMix)
-from mmhybrid.models.backbones import SoLAVision
+from mmhybrid.models.backbones import HAViT, SoLAVision
 from mmhybrid.ops import (bi_wkv, bipartite_soft_matching, block_attention,
                           effatt, gated_delta_rule, linear_infsa, pure_infsa,
                           sliding_window_attention)
@@ -417,3 +417,49 @@ def test_get_flops_tool_bare_backbone_and_paper_row(capsys):
     assert params * 1e6 == sum(p.numel() for p in model.parameters())
     assert flops * 1e9 == counted.total()
     assert (flops - no_sdpa) * 1e9 == pytest.approx(counted.by_kind()['attention'])
+
+
+def test_get_flops_tool_arch_options_and_arch_table(capsys, monkeypatch):
+    """--arch passes --cfg-options to the backbone; --arch-tables counts the
+    ARCH_FIGURES entries (here the HAViT paper model, 32^2 with patch 4)."""
+    tool = load_tool()
+    entry = next(e for e in ARCH_FIGURES if e['model'].startswith('HAViT (paper'))
+    model = HAViT(arch='paper', img_size=32, patch_size=4).eval()
+    params = sum(p.numel() for p in model.parameters())
+    counted = count_flops(model, torch.randn(1, 3, 32, 32))
+    tool.main(['--arch', 'HAViT', 'paper', '--shape', '32', '--cfg-options',
+               'patch_size=4', 'img_size=32'])
+    out = capsys.readouterr().out
+    assert f'| total | {params / 1e6:.3f} | {counted.total() / 1e9:.3f} |' in out
+    monkeypatch.setattr(tool, 'ARCH_FIGURES', [entry])
+    tool.main(['--arch-tables'])
+    out = capsys.readouterr().out.splitlines()
+    kinds = counted.by_kind()
+    assert out[0] == ('| model | backbone | input | params (M) | GFLOPs | of which '
+                      'attention | of which history |')
+    assert out[2] == (
+        "| HAViT (paper, CIFAR) | `HAViT(arch='paper', img_size=32, patch_size=4)` | "
+        f"32x32 | {params / 1e6:.2f} | {counted.total() / 1e9:.3f} | "
+        f"{kinds['attention'] / 1e9:.3f} | {kinds['history'] / 1e9:.3f} |")
+
+
+# ELFATT Table 1 (classifiers at 224^2): its parameter counts are checked by
+# tests/test_elfatt_backbones.py; here its FLOPs, with all SDPA attention (nFA) and
+# without it (FA, what its counter sees when FlashAttention runs), as get_flops.py
+# prints them. The issue's tolerance is 5%; the B models are slow.
+ELFATT_TABLE1 = [
+    pytest.param(e, id=e['model'], marks=[] if '-T-' in e['model'] else pytest.mark.slow)
+    for e in PAPER_FIGURES if e['paper'] == 'elfatt']
+
+
+@pytest.mark.parametrize('entry', ELFATT_TABLE1)
+def test_flops_next_to_elfatt_table1(entry):
+    params, flops, no_sdpa = load_tool().paper_row(entry)
+    paper, paper_fa = entry['flops'], entry['flops_fa']
+    print(f"{entry['model']}: {params:.2f}M, {flops:.3f} GFLOPs (Table 1: "
+          f"{paper}G, {100 * (flops / paper - 1):+.1f}%), without SDPA {no_sdpa:.3f}"
+          + (f' (FA: {paper_fa}G, {100 * (no_sdpa / paper_fa - 1):+.1f}%)'
+             if paper_fa else ''))
+    assert abs(flops / paper - 1) < 0.05
+    if paper_fa:
+        assert abs(no_sdpa / paper_fa - 1) < 0.05
