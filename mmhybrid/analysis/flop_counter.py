@@ -34,8 +34,9 @@ def register_flops(*module_types):
     """Register ``formula(module, inputs, output)`` for modules of these types.
 
     ``inputs`` are the arguments of the module's ``forward`` in its parameter
-    order, those given by keyword and the defaults included. The formula returns the multiply-adds the module computes itself (not those of
-    its child modules, which are counted as usual) as an int, or a dict
+    order, those given by keyword and the defaults included. The formula returns
+    the multiply-adds the module computes itself (not those of its child
+    modules, which are counted as usual) as an int, or a dict
     ``{kind: count}`` to keep kinds apart in reports. While such a module runs,
     the ops it executes outside its children are not counted. Subclasses inherit
     the formula of their nearest registered base class.

@@ -4,12 +4,12 @@ and the bare backbones of every arch we ship (:data:`ARCH_FIGURES`).
 ``tools/analysis/get_flops.py --paper-tables`` counts every entry and prints our
 figures beside these (the table in docs/benchmarks.md); the tests use the SoLA
 and ELFATT rows. ``--arch-tables`` counts :data:`ARCH_FIGURES` (no paper figures
-exist for most of them). Config paths are relative to the repository root. ``part`` is what the paper
-counts: ``'backbone'`` (SoLA: "backbone only") or ``'model'`` (ELFATT and InfViT
-count the classifier, 1000-class head included). FLOPs are the papers' GFLOPs;
-``flops_fa`` is ELFATT's "FA" column (attention run by FlashAttention, which their
-counter cannot see), which we compare with our count minus scaled-dot-product
-attention.
+exist for most of them). Config paths are relative to the repository root.
+``part`` is what the paper counts: ``'backbone'`` (SoLA: "backbone only") or
+``'model'`` (ELFATT and InfViT count the classifier, 1000-class head included).
+FLOPs are the papers' GFLOPs; ``flops_fa`` is ELFATT's "FA" column (attention run
+by FlashAttention, which their counter cannot see), which we compare with our
+count minus scaled-dot-product attention.
 """
 
 PAPERS = {'sola': 'SoLA-Vision', 'elfatt': 'ELFATT', 'infvit': 'InfSA / InfViT'}
