@@ -17,6 +17,7 @@ count nothing. Two things fvcore cannot see are added:
 Counting runs the model for real (:class:`FlopCounter` is a ``TorchDispatchMode``
 plus module hooks), so every op of any code path is seen exactly once.
 """
+import inspect
 import math
 from collections import Counter, defaultdict
 
@@ -32,8 +33,10 @@ FLOP_FORMULAS = {}
 def register_flops(*module_types):
     """Register ``formula(module, inputs, output)`` for modules of these types.
 
-    The formula returns the multiply-adds the module computes itself (not those of
-    its child modules, which are counted as usual) as an int, or a dict
+    ``inputs`` are the arguments of the module's ``forward`` in its parameter
+    order, those given by keyword and the defaults included. The formula returns
+    the multiply-adds the module computes itself (not those of its child
+    modules, which are counted as usual) as an int, or a dict
     ``{kind: count}`` to keep kinds apart in reports. While such a module runs,
     the ops it executes outside its children are not counted. Subclasses inherit
     the formula of their nearest registered base class.
@@ -195,7 +198,8 @@ class FlopCounter(TorchDispatchMode):
     def __enter__(self):
         for name, module in self.model.named_modules():
             self._handles += [
-                module.register_forward_pre_hook(self._enter_module(name)),
+                module.register_forward_pre_hook(self._enter_module(name),
+                                                 with_kwargs=True),
                 module.register_forward_hook(self._leave_module, always_call=True)]
         self._attention.__enter__()
         return super().__enter__()
@@ -215,8 +219,13 @@ class FlopCounter(TorchDispatchMode):
         self.counts[self._stack[-1][0] if self._stack else ''][kind] += int(count)
 
     def _enter_module(self, name):
-        def hook(module, inputs):
-            self._stack.append((name, formula_for(module), inputs))
+        def hook(module, args, kwargs):
+            formula = formula_for(module)
+            if formula is not None:  # forward's arguments in order, as the formula
+                bound = inspect.signature(module.forward).bind(*args, **kwargs)
+                bound.apply_defaults()
+                args = bound.args
+            self._stack.append((name, formula, args))
         return hook
 
     def _leave_module(self, module, inputs, output):

@@ -1,13 +1,15 @@
-"""Parameter and FLOP figures the papers print, with the config that reproduces each.
+"""Parameter and FLOP figures the papers print, with the config that reproduces each,
+and the bare backbones of every arch we ship (:data:`ARCH_FIGURES`).
 
 ``tools/analysis/get_flops.py --paper-tables`` counts every entry and prints our
 figures beside these (the table in docs/benchmarks.md); the tests use the SoLA
-rows. Config paths are relative to the repository root. ``part`` is what the paper
-counts: ``'backbone'`` (SoLA: "backbone only") or ``'model'`` (ELFATT and InfViT
-count the classifier, 1000-class head included). FLOPs are the papers' GFLOPs;
-``flops_fa`` is ELFATT's "FA" column (attention run by FlashAttention, which their
-counter cannot see), which we compare with our count minus scaled-dot-product
-attention.
+and ELFATT rows. ``--arch-tables`` counts :data:`ARCH_FIGURES` (no paper figures
+exist for most of them). Config paths are relative to the repository root.
+``part`` is what the paper counts: ``'backbone'`` (SoLA: "backbone only") or
+``'model'`` (ELFATT and InfViT count the classifier, 1000-class head included).
+FLOPs are the papers' GFLOPs; ``flops_fa`` is ELFATT's "FA" column (attention run
+by FlashAttention, which their counter cannot see), which we compare with our
+count minus scaled-dot-product attention.
 """
 
 PAPERS = {'sola': 'SoLA-Vision', 'elfatt': 'ELFATT', 'infvit': 'InfSA / InfViT'}
@@ -78,4 +80,35 @@ PAPER_FIGURES = [
     _infvit('pure-4l', 57.7, 59.0),
     _infvit('linear-24l', 305.4),
     _infvit('pure-24l', 330.6),
+]
+
+
+def _arch(model, backbone, arch, shape=(224, 224), **options):
+    return dict(model=model, type=backbone, arch=arch, options=options,
+                shape=shape)
+
+
+# Every arch of every backbone, built bare with its defaults (backbone only) at the
+# input it is meant for: ``get_flops.py --arch-tables [TYPE ...]``.
+ARCH_FIGURES = [
+    _arch('SoLA-T', 'SoLAVision', 't'),
+    _arch('SoLA-S', 'SoLAVision', 's'),
+    _arch('SoLA-B', 'SoLAVision', 'b'),
+    _arch('SoLA-T-GDN', 'SoLAVision', 't-gdn'),
+    _arch('SoLA-B-GDN', 'SoLAVision', 'b-gdn'),
+    _arch('InfiniteVL-T', 'InfiniteVLVision', 't'),
+    _arch('InfiniteVL-B', 'InfiniteVLVision', 'b'),
+    _arch('HAViT-DeiT-T', 'HAViT', 'deit-t'),
+    _arch('HAViT-DeiT-S', 'HAViT', 'deit-s'),
+    _arch('HAViT-DeiT-B', 'HAViT', 'deit-b'),
+    _arch('HAViT (paper, CIFAR)', 'HAViT', 'paper', (32, 32), img_size=32,
+          patch_size=4),
+    _arch('Swin-T-ELFATT', 'SwinELFATT', 't'),
+    _arch('Swin-B-ELFATT', 'SwinELFATT', 'b'),
+    _arch('CSWin-T-ELFATT', 'CSWin', 't'),
+    _arch('CSWin-B-ELFATT', 'CSWin', 'b'),
+    _arch('InfViT-Linear-4L', 'InfViT', 'linear-4l'),
+    _arch('InfViT-Pure-4L', 'InfViT', 'pure-4l'),
+    _arch('InfViT-Linear-24L', 'InfViT', 'linear-24l'),
+    _arch('InfViT-Pure-24L', 'InfViT', 'pure-24l'),
 ]

@@ -3,17 +3,23 @@
     python tools/analysis/get_flops.py configs/sola/upernet_sola-t_ade20k.py --shape 512
     python tools/analysis/get_flops.py configs/sola/sola-t_in1k.py --backbone-only
     python tools/analysis/get_flops.py --arch SoLAVision t s b     # bare backbones, 224^2
+    python tools/analysis/get_flops.py --arch HAViT paper --shape 32 \
+        --cfg-options patch_size=4 img_size=32                     # backbone arguments
     python tools/analysis/get_flops.py --paper-tables [sola elfatt infvit]
+    python tools/analysis/get_flops.py --arch-tables [SoLAVision HAViT ...]
 
 FLOPs are multiply-adds counted as fvcore / mmengine's ``get_flops`` count them
 (matrix products, convolutions, norms and resampling with fvcore's factors;
 element-wise ops not counted), plus scaled-dot-product attention (``Q K^T`` and
-``A V``) and the registered formulas of custom ops (WKV: 8 per token and channel),
-see ``mmhybrid/analysis``. The model runs once on a random image on the CPU
+``A V``) and the registered formulas of custom ops (WKV: 8 per token and channel;
+gated delta rule: 4 K V + K per token and head; sliding-window attention: each
+query's window; historical attention: attention plus its history mix), see
+``mmhybrid/analysis``. The model runs once on a random image on the CPU
 (``--device`` to change). Whole models run in upstream's ``mode='tensor'``
 (segmentors: backbone + decode head; detectors: up to the RoI head outputs;
 classifiers: up to the logits), as mmseg/mmdet/mmpretrain's own get_flops do.
-``--paper-tables`` prints the markdown table of docs/benchmarks.md.
+``--paper-tables`` and ``--arch-tables`` print the markdown tables of
+docs/benchmarks.md.
 """
 import argparse
 import logging
@@ -26,7 +32,7 @@ from mmengine.registry import MODELS, init_default_scope
 
 import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.analysis import Complexity
-from mmhybrid.analysis.paper_figures import PAPER_FIGURES, PAPERS
+from mmhybrid.analysis.paper_figures import ARCH_FIGURES, PAPER_FIGURES, PAPERS
 from mmhybrid.utils import load_config
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -43,14 +49,19 @@ def parse_args(argv=None):
                         help='bare backbones instead of a config, e.g. SoLAVision t s')
     parser.add_argument('--paper-tables', nargs='*', metavar='PAPER',
                         help='our figures beside the papers\' (sola elfatt infvit)')
+    parser.add_argument('--arch-tables', nargs='*', metavar='TYPE',
+                        help='params and FLOPs of every arch we ship (of these '
+                        'backbone types)')
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config entries')
+                        help='override config entries (with --arch: backbone '
+                        'arguments)')
     args = parser.parse_args(argv)
     modes = [args.config is not None, args.arch is not None,
-             args.paper_tables is not None]
+             args.paper_tables is not None, args.arch_tables is not None]
     if sum(modes) != 1:
-        parser.error('give exactly one of CONFIG, --arch or --paper-tables')
+        parser.error('give exactly one of CONFIG, --arch, --paper-tables or '
+                     '--arch-tables')
     if args.arch is not None and len(args.arch) < 2:
         parser.error('--arch needs a backbone type and at least one arch')
     return args
@@ -112,9 +123,15 @@ def report(model, complexity, backbone_only):
                 rows.append((name, complexity.params(child),
                              complexity.kinds(child)))
     rows.append(('total', complexity.params(), complexity.kinds()))
-    plain = {'matmul', 'conv', 'norm', 'resample'}
-    kinds = sorted({k for _, _, c in rows for k in c} - plain)
-    return table(rows, kinds)
+    return table(rows, special_kinds(c for _, _, c in rows))
+
+
+PLAIN_KINDS = {'matmul', 'conv', 'norm', 'resample'}
+
+
+def special_kinds(counters):
+    """Kinds beyond fvcore's (attention, custom-op formulas), sorted."""
+    return sorted(set().union(*counters) - PLAIN_KINDS)
 
 
 def run_config(args):
@@ -127,11 +144,16 @@ def run_config(args):
     print(report(model, complexity, args.backbone_only))
 
 
+def build_backbone(backbone_type, arch, options=None):
+    return MODELS.build(dict(type=f'mmhybrid.{backbone_type}', arch=arch,
+                             **(options or {})))
+
+
 def run_arch(args):
     shape = input_shape(args.shape)
     backbone_type, archs = args.arch[0], args.arch[1:]
     for arch in archs:
-        model = MODELS.build(dict(type=f'mmhybrid.{backbone_type}', arch=arch))
+        model = build_backbone(backbone_type, arch, args.cfg_options)
         complexity = measure(model, shape, device=args.device)
         print(f'\n{backbone_type} arch={arch!r}, input 1x3x{shape[0]}x{shape[1]}\n')
         print(report(model, complexity, False))
@@ -153,7 +175,7 @@ def _diff(ours, paper):
 
 
 def run_paper_tables(args):
-    MMLogger.get_current_instance().setLevel(logging.WARNING)  # stdout: the table
+    MMLogger.get_current_instance().setLevel(logging.ERROR)  # stdout: the table
     chosen = set(args.paper_tables) or set(PAPERS)
     unknown = chosen - set(PAPERS)
     if unknown:
@@ -174,10 +196,40 @@ def run_paper_tables(args):
         print('| ' + ' | '.join(cells) + ' |', flush=True)
 
 
+def arch_row(entry, device='cpu'):
+    """Params and Counter of kinds of an ARCH_FIGURES entry's bare backbone."""
+    model = build_backbone(entry['type'], entry['arch'], entry['options'])
+    complexity = measure(model, entry['shape'], device=device)
+    return complexity.params(), complexity.kinds()
+
+
+def run_arch_tables(args):
+    MMLogger.get_current_instance().setLevel(logging.ERROR)  # stdout: the table
+    chosen = set(args.arch_tables) or {e['type'] for e in ARCH_FIGURES}
+    unknown = chosen - {e['type'] for e in ARCH_FIGURES}
+    if unknown:
+        raise SystemExit(f'unknown backbone types {sorted(unknown)}')
+    entries = [e for e in ARCH_FIGURES if e['type'] in chosen]
+    rows = [(entry, *arch_row(entry, args.device)) for entry in entries]
+    kinds = special_kinds(k for _, _, k in rows)
+    head = ['model', 'backbone', 'input', 'params (M)', 'GFLOPs'] + [
+        f'of which {k}' for k in kinds]
+    print('| ' + ' | '.join(head) + ' |\n|' + ' --- |' * len(head))
+    for entry, params, counts in rows:
+        options = ''.join(f', {k}={v!r}' for k, v in entry['options'].items())
+        cells = [entry['model'], f"`{entry['type']}(arch={entry['arch']!r}{options})`",
+                 '{}x{}'.format(*entry['shape']), f'{params / 1e6:.2f}',
+                 f'{sum(counts.values()) / 1e9:.3f}']
+        cells += [f'{counts[k] / 1e9:.3f}' if counts[k] else '' for k in kinds]
+        print('| ' + ' | '.join(cells) + ' |', flush=True)
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.paper_tables is not None:
         run_paper_tables(args)
+    elif args.arch_tables is not None:
+        run_arch_tables(args)
     elif args.arch is not None:
         run_arch(args)
     else:
