@@ -43,8 +43,8 @@ def unit_lower_inverse(a):
     Block doubling: with the inverses of the diagonal blocks of size s known,
     those of size 2s are ``[[T11, 0], [-T22 A21 T11, T22]]``. It reads only the
     strictly lower part of ``a`` and costs two small batched matmuls per level;
-    on the CPU it is faster than ``torch.linalg.solve_triangular``, which runs one
-    LAPACK call per matrix.
+    on the CPU it measured about as fast as ``torch.linalg.solve_triangular``
+    (300-1200 matrices of 32, within the noise of a shared machine).
     """
     nb, C, _ = a.shape
     if C & (C - 1):
