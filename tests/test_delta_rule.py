@@ -18,16 +18,16 @@ def inputs(B, T, H, K, V, dtype=torch.float64, decay=0.5, state=True,
     return q, k, v, g, beta, h0
 
 
-def run(fn, q, k, v, g, beta, h0, **kwargs):
-    return fn(q, k, v, g, beta, initial_state=h0, output_final_state=True,
-              use_qk_l2norm_in_kernel=True, **kwargs)
+def run(fn, q, k, v, g, beta, h0, final=True, l2norm=True, **kwargs):
+    return fn(q, k, v, g, beta, initial_state=h0, output_final_state=final,
+              use_qk_l2norm_in_kernel=l2norm, **kwargs)
 
 
 def grads(fn, args, **kwargs):
     args = [a.detach().requires_grad_() if a is not None else None for a in args]
     o, state = run(fn, *args, **kwargs)
-    torch.manual_seed(1)
-    loss = (o * torch.randn_like(o)).sum()
+    torch.manual_seed(1)  # the same weights whatever the dtype and layout of o
+    loss = (o * torch.randn(o.shape, dtype=torch.float64).to(o.dtype)).sum()
     if state is not None:
         loss = loss + state.sin().sum()
     loss.backward()
@@ -65,6 +65,35 @@ def test_chunk_matches_naive_forward_and_gradients(T):
                                        msg=f'{name}, chunk {chunk_size}')
 
 
+@pytest.mark.parametrize('l2norm', [False, True])
+def test_chunk_backward_passes_gradcheck(l2norm):
+    """The hand-written backward vs finite differences: 3 chunks of 2, padded."""
+    args = [a.requires_grad_() for a in inputs(1, 5, 2, 3, 2)]
+    q, k, v, g, beta, h0 = args
+
+    def fn(*args):
+        return run(chunk_gated_delta_rule, *args, l2norm=l2norm, chunk_size=2)
+
+    assert torch.autograd.gradcheck(fn, args)
+
+
+@pytest.mark.parametrize('l2norm', [False, True])
+def test_chunk_gradients_without_initial_or_final_state(l2norm):
+    args = inputs(2, 197, 3, 8, 5, state=False)
+    ref = grads(naive_gated_delta_rule, args, final=False, l2norm=l2norm)
+    out = grads(chunk_gated_delta_rule, args, final=False, l2norm=l2norm)
+    assert out[1] is None
+    for name, a, b in zip(('o', 'state', 'q', 'k', 'v', 'g', 'beta'), out, ref):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=name)
+
+
+@pytest.mark.parametrize('chunk_size', [0, 3, 24])
+def test_chunk_size_must_be_a_power_of_two(chunk_size):
+    args = inputs(1, 20, 2, 4, 4)
+    with pytest.raises(ValueError, match='power of two'):
+        run(chunk_gated_delta_rule, *args, chunk_size=chunk_size)
+
+
 def test_chunk_without_initial_state_and_odd_head_dims():
     q, k, v, g, beta, _ = inputs(3, 45, 5, 5, 11, state=False)
     for h0 in (None, torch.zeros(3, 5, 5, 11, dtype=q.dtype)):
@@ -93,9 +122,23 @@ def test_bfloat16_inputs():
     assert o.dtype == torch.bfloat16 and state.dtype == torch.float32
     err = (o.double() - ref).abs().max() / ref.abs().max()
     assert err < 2e-2, err
-    o.float().sum().backward()  # autograd works in bf16 too
-    assert all(a.grad.dtype == torch.bfloat16 and torch.isfinite(a.grad).all()
-               for a in low)
+    ref_grads = grads(naive_gated_delta_rule, args)
+    low_grads = grads(chunk_gated_delta_rule, low)
+    for name, a, b in zip(('o', 'state', 'q', 'k', 'v', 'g', 'beta', 'h0'),
+                          low_grads, ref_grads):
+        assert a.dtype == (torch.float32 if name == 'state' else torch.bfloat16)
+        err = (a.double() - b).abs().max() / b.abs().max()
+        assert err < 3e-2, (name, err.item())
+
+
+def test_chunk_ignores_autocast():
+    """Under bf16 autocast the op still computes (and differentiates) in fp32."""
+    args = inputs(1, 40, 2, 8, 8, dtype=torch.float32)
+    ref = grads(chunk_gated_delta_rule, args)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = grads(chunk_gated_delta_rule, args)
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b)
 
 
 def test_dispatch_and_errors(monkeypatch):
