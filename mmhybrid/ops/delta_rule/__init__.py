@@ -7,8 +7,8 @@ the default on CPU) and ``fla`` (flash-linear-attention's Triton
 ``MMHYBRID_GDN_BACKEND=torch|fla`` overrides the default for every call.
 """
 import functools
-import os
 
+from ..dispatch import choose_backend
 from .chunk import chunk_gated_delta_rule
 from .naive import l2norm, naive_gated_delta_rule
 
@@ -40,16 +40,12 @@ _BACKENDS = {'naive': naive_gated_delta_rule, 'chunk': chunk_gated_delta_rule,
              'torch': chunk_gated_delta_rule, 'fla': _fla}
 
 
-def default_backend(device_type):
-    """``$MMHYBRID_GDN_BACKEND`` if set, else fla on CUDA when it imports, else chunk."""
-    name = os.environ.get(ENV_BACKEND, '').strip().lower()
-    if name:
-        if name not in ('torch', 'fla'):
-            raise ValueError(f'{ENV_BACKEND}={name!r}; use torch or fla')
-        return name
-    if device_type == 'cuda' and fla_gated_delta_rule() is not None:
-        return 'fla'
-    return 'chunk'
+def default_backend(device_type, backend=None):
+    """``backend``, else ``$MMHYBRID_GDN_BACKEND``, else fla on CUDA when it
+    imports, else chunk (see :mod:`mmhybrid.ops.dispatch`)."""
+    return choose_backend(
+        'gated delta rule', _BACKENDS, lambda: 'fla' if device_type == 'cuda' and
+        fla_gated_delta_rule() is not None else 'chunk', backend, ENV_BACKEND)
 
 
 def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
@@ -87,10 +83,7 @@ def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     if g.shape != q.shape[:3] or beta.shape != q.shape[:3]:
         raise ValueError(f'g and beta must be {tuple(q.shape[:3])}; got '
                          f'{tuple(g.shape)} and {tuple(beta.shape)}')
-    name = backend or default_backend(q.device.type)
-    if name not in _BACKENDS:
-        raise KeyError(f'unknown gated delta rule backend {name!r}; have '
-                       f'{sorted(_BACKENDS)}')
+    name = default_backend(q.device.type, backend)
     return _BACKENDS[name](
         q, k, v, g, beta, scale=scale, initial_state=initial_state,
         output_final_state=output_final_state,

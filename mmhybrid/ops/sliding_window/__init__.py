@@ -4,6 +4,7 @@
 one ``F.scaled_dot_product_attention`` call; the default everywhere) or ``naive``
 (an explicit N x N mask; the reference for tests).
 """
+from ..dispatch import choose_backend
 from .halo import halo_sliding_window_attention, tile_plan
 from .naive import (naive_sliding_window_attention, neighbourhood_mask,
                     window_pairs)
@@ -50,16 +51,14 @@ def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
         raise ValueError(f'q, k, v must be (B, heads, H*W, d) with H*W = {H * W}; '
                          f'got {tuple(q.shape)}, {tuple(k.shape)}, '
                          f'{tuple(v.shape)}')
-    if backend in (None, 'halo'):
-        if tile_size is not None:
-            tile_size = _pair(tile_size, 'tile_size')
-        return halo_sliding_window_attention(q, k, v, (H, W), window_size,
-                                             scale=scale, tile_size=tile_size)
-    if backend == 'naive':
+    if choose_backend('sliding window', ('halo', 'naive'), lambda: 'halo',
+                      backend) == 'naive':
         return naive_sliding_window_attention(q, k, v, (H, W), window_size,
                                               scale=scale)
-    raise KeyError(f"unknown sliding window backend {backend!r}; have 'halo', "
-                   f"'naive'")
+    if tile_size is not None:
+        tile_size = _pair(tile_size, 'tile_size')
+    return halo_sliding_window_attention(q, k, v, (H, W), window_size,
+                                         scale=scale, tile_size=tile_size)
 
 
 __all__ = ['sliding_window_attention', 'halo_sliding_window_attention',
