@@ -11,7 +11,6 @@ next to global SDPA for reference.
                                       [--sides 14 28 56] [--out DIR]
 """
 import argparse
-import csv
 import os
 import time
 
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 
 from mmhybrid.ops import gated_delta_rule, sliding_window_attention
 from mmhybrid.ops.delta_rule import fla_gated_delta_rule
+from mmhybrid.utils.results import write_csv
 
 
 def timeit(fn, repeat, device):
@@ -91,7 +91,6 @@ def main():
     args = parser.parse_args()
     dtype, dev = getattr(torch, args.dtype), args.device
     B, C, heads = args.batch, args.channels, args.heads
-    os.makedirs(args.out, exist_ok=True)
 
     gdn = ['chunk', 'naive'] + (['fla'] if dev == 'cuda' and
                                 fla_gated_delta_rule() is not None else [])
@@ -120,11 +119,7 @@ def main():
         print(f'{r["op"]:5} {r["backend"]:7} {r["N"]:6d} {r["fwd_ms"]:9.2f} '
               f'{r["fwd_bwd_ms"]:11.2f} {r["peak_mib"]:9.1f} '
               f'{r["vs_linear"]:9.1f}')
-    path = os.path.join(args.out, 'gdn_swa.csv')
-    with open(path, 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    path = write_csv(rows, os.path.join(args.out, 'gdn_swa.csv'))
     print(f'wrote {path}')
 
 
