@@ -24,8 +24,8 @@ from mmhybrid.analysis.paper_figures import ARCH_FIGURES, PAPER_FIGURES
 from mmhybrid.layers import (BidirectionalGatedDeltaNet, HistoricalAttention,
                              SlidingWindowAttention, SpatialMix)
 from mmhybrid.models.backbones import HAViT, SoLAVision
-from mmhybrid.ops import (bi_wkv, bipartite_soft_matching, block_attention,
-                          effatt, gated_delta_rule, linear_infsa, pure_infsa,
+from mmhybrid.ops import (bipartite_soft_matching, block_attention, effatt,
+                          gated_delta_rule, linear_infsa, pure_infsa,
                           sliding_window_attention)
 from mmhybrid.ops.delta_rule import naive_gated_delta_rule
 from mmhybrid.ops.elfatt import window_block_attention

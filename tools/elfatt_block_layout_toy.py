@@ -17,7 +17,6 @@ windows, LePE on the image: separates the two changes).
     python tools/elfatt_block_layout_toy.py [--iters 300] [--seeds 0 1]
 """
 import argparse
-import os
 import os.path as osp
 import time
 
