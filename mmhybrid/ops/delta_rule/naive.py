@@ -6,7 +6,10 @@ float64).
 import torch
 
 
-def l2norm(x, eps=1e-6):
+L2NORM_EPS = 1e-6
+
+
+def l2norm(x, eps=L2NORM_EPS):
     """``x / sqrt(sum(x^2) + eps)`` over the last dim (fla's form: smooth at 0)."""
     return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + eps)
 
