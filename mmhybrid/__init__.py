@@ -10,5 +10,6 @@ disable_mmpretrain_multimodal()
 
 from . import ops  # noqa: E402,F401
 from . import models  # noqa: E402,F401
+from .models.backbones import list_archs  # noqa: E402
 
-__all__ = ['__version__']
+__all__ = ['__version__', 'list_archs']

@@ -66,19 +66,16 @@ def test_forcing_flash_on_cpu_raises_a_clear_error(monkeypatch):
 
 def test_every_exact_attention_goes_through_the_dispatch(monkeypatch):
     """Forcing an unusable backend makes each caller raise: none calls SDPA directly."""
-    from mmhybrid.layers.elfatt_attention import ELFATTAttention
-    from mmhybrid.layers.image_attention import GlobalAttention
-    from mmhybrid.layers.softmax_layer import MultiheadSelfAttention
-    from mmhybrid.layers.window_attention import CrossShapedWindowAttention
+    from mmhybrid.layers import (CrossShapedWindowAttention, ELFATTAttention,
+                                 SoftmaxAttention)
 
     x = torch.randn(1, 16, 8)
     q, k, v = qkv(1, 2, 16, 4)
     calls = {
         'block_attention': lambda: block_attention(q, k, v, 5),
         'agent_attention': lambda: agent_attention(q, k, v, q[:, :, :3]),
-        'GlobalAttention': lambda: GlobalAttention(8, 2)(x, (4, 4)),
+        'SoftmaxAttention': lambda: SoftmaxAttention(8, 2, lepe=True)(x, (4, 4)),
         'ELFATTAttention': lambda: ELFATTAttention(8, 2, block_size=4)(x, (4, 4)),
-        'MultiheadSelfAttention': lambda: MultiheadSelfAttention(8, 2)(x),
         'CSWin stripes': lambda: CrossShapedWindowAttention(8, 2, split_size=2)(
             x, (4, 4)),
     }
@@ -93,7 +90,7 @@ def test_every_exact_attention_goes_through_the_dispatch(monkeypatch):
 
 def test_padded_cswin_stripes_keep_the_masked_path(monkeypatch):
     """A padded stripe needs its mask: SDPA with attn_mask, never the flash path."""
-    from mmhybrid.layers.window_attention import CrossShapedWindowAttention
+    from mmhybrid.layers import CrossShapedWindowAttention
     monkeypatch.setenv(ENV, 'flash')
     CrossShapedWindowAttention(8, 2, split_size=3)(torch.randn(1, 16, 8), (4, 4))
 

@@ -13,7 +13,7 @@ import torch
 
 from mmhybrid.models.backbones import CSWin, InfViT, SoLAVision, SwinELFATT
 from mmhybrid.models.backbones.base_backbone import ArchError, resolve_arch
-from mmhybrid.models.backbones.sola_vision import ARCH_SETTINGS as SOLA_ARCHS
+from mmhybrid.models.backbones.sola_vision import ARCH_ZOO as SOLA_ARCHS
 
 ROOT = Path(__file__).resolve().parents[1]
 SEG_CONFIG = ROOT / 'configs/sola/demo/upernet_sola-t_toy-ade.py'
@@ -69,7 +69,7 @@ def test_arch_dict_missing_keys():
 
 def test_unknown_schedule_letter():
     with raises(ValueError, "unknown layer letters ['X'] in stage 2",
-                "'L' (WKVLayer)", "'S' (SoftmaxLayer)"):
+                "'L' (WKV linear)", "'S' (global softmax)"):
         SoLAVision(schedule='LL/LX/LLSLLS/LS')
 
 

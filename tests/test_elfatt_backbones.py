@@ -9,7 +9,7 @@ from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
 from mmhybrid.layers import (ConvMerging, CrossShapedWindowAttention, ELFATTAttention,
-                             GlobalAttention, ShiftedWindowAttention)
+                             ShiftedWindowAttention, SoftmaxAttention)
 from mmhybrid.models.backbones import CSWin, SwinELFATT
 from mmhybrid.utils import register_scope
 
@@ -43,7 +43,7 @@ def attn_types(model):
 
 # ----------------------------------------------------------- plans / archs
 def test_default_plan_is_the_papers():
-    E, G = ELFATTAttention, GlobalAttention
+    E, G = ELFATTAttention, SoftmaxAttention
     swin = SwinELFATT(arch='t')
     assert attn_types(swin) == [[E] * 2, [E] * 2, [G, E] * 3, [G] * 2]
     assert [s.blocks[-1].attn.window for s in swin.stages[:3]] == [(14, 14)] * 3
@@ -65,7 +65,7 @@ def test_local_plans_are_plain_swin_and_cswin():
     cswin = CSWin(arch='b', attn='local')
     assert attn_types(cswin)[:3] == [[CrossShapedWindowAttention] * d
                                      for d in (3, 6, 29)]
-    assert attn_types(cswin)[3] == [GlobalAttention] * 2  # CSWin's last stage
+    assert attn_types(cswin)[3] == [SoftmaxAttention] * 2  # CSWin's last stage
     assert [s.blocks[0].attn.split_size for s in cswin.stages[:3]] == [1, 2, 7]
 
 
@@ -79,7 +79,7 @@ def test_table_4_to_7_variants_by_config():
     assert raster.stages[1].blocks[0].attn.block_layout == '1d'
     rect = tiny(CSWin, block_sizes=(4, 8, 16, 4))  # a non-square block: 2x4 windows
     assert rect.stages[1].blocks[0].attn.window == (2, 4)
-    assert attn_types(tiny(CSWin, attn='E,G,G,G'))[1] == [GlobalAttention] * 2
+    assert attn_types(tiny(CSWin, attn='E,G,G,G'))[1] == [SoftmaxAttention] * 2
     eff = tiny(SwinELFATT, attn='effatt').stages[0].blocks[0].attn
     assert eff.local_heads == 0 and eff.global_heads == 2
     mixed = tiny(SwinELFATT, attn=['local', 'GE', ['effatt', 'local'], 'E'])

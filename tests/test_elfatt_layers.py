@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from mmhybrid.layers import (CrossShapedWindowAttention, ELFATTAttention,
-                             GlobalAttention, ShiftedWindowAttention,
+                             ShiftedWindowAttention, SoftmaxAttention,
                              parse_attention_plan, split_elfatt_heads)
 from mmhybrid.ops.elfatt import naive_block_attention, naive_effatt
 
@@ -71,7 +71,7 @@ def test_elfatt_1d_layout_matches_eq11(dims, heads, ratio, block):
     glob = naive_effatt(*(_heads(t[..., :c1], hg) for t in (q, k, v)))
     loc = naive_block_attention(*(_heads(t[..., c1:], hl) for t in (q, k, v)), block)
     expected = torch.cat([_unheads(glob), _unheads(loc)], -1) + _lepe(attn, v, hw)
-    torch.testing.assert_close(attn(x, hw), attn.proj(expected))
+    torch.testing.assert_close(attn(x, hw)[0], attn.proj(expected))
 
 
 @pytest.mark.parametrize('dims,heads,ratio,block,hw', [
@@ -108,7 +108,7 @@ def test_elfatt_2d_layout_matches_window_loop(dims, heads, ratio, block, hw):
                              groups=dims - c1)
             out[:, c1:, r:r + wh, c:c + ww] = o
     expected = attn.proj(out.flatten(2).transpose(1, 2))
-    torch.testing.assert_close(attn(x, hw), expected)
+    torch.testing.assert_close(attn(x, hw)[0], expected)
 
 
 def test_block_windows_and_errors():
@@ -125,22 +125,22 @@ def test_block_windows_and_errors():
 def test_elfatt_extremes_are_effatt_and_global():
     x = torch.randn(2, 30, 16, dtype=torch.float64)
     hw = (5, 6)
-    vanilla = GlobalAttention(16, 2).double()
+    vanilla = SoftmaxAttention(16, 2, lepe=True).double()
     for layout in ('1d', '2d'):
         full_block = ELFATTAttention(16, 2, block_size=64, global_ratio=0.,
                                      block_layout=layout).double()
         full_block.load_state_dict(vanilla.state_dict())
-        torch.testing.assert_close(full_block(x, hw), vanilla(x, hw))
+        torch.testing.assert_close(full_block(x, hw)[0], vanilla(x, hw)[0])
     eff = ELFATTAttention(16, 2, global_ratio=1.).double()
     q, k, v = eff.qkv(x).chunk(3, dim=-1)
     expected = _unheads(naive_effatt(*(_heads(t, 2) for t in (q, k, v))))
-    torch.testing.assert_close(eff(x, hw), eff.proj(expected + _lepe(eff, v, hw)))
+    torch.testing.assert_close(eff(x, hw)[0], eff.proj(expected + _lepe(eff, v, hw)))
 
 
 def test_lepe_switch_removes_conv():
     attn = ELFATTAttention(16, 2, lepe=False)
     assert attn.lepe is None and 'lepe' not in dict(attn.named_parameters())
-    assert attn(torch.randn(1, 12, 16), (3, 4)).shape == (1, 12, 16)
+    assert attn(torch.randn(1, 12, 16), (3, 4))[0].shape == (1, 12, 16)
 
 
 # ------------------------------------------------------- LOCAL attentions
@@ -184,7 +184,7 @@ def test_shifted_window_attention_matches_token_loop(hw, shift):
         bias = torch.stack(bias, -1)[:, None, :]  # (heads, 1, keys)
         out[:, qi] = _naive_softmax(q[:, qi:qi + 1], k[:, keys], v[:, keys], bias)[:, 0]
     expected = attn.proj(_unheads(out[None]))
-    torch.testing.assert_close(attn(x, hw), expected)
+    torch.testing.assert_close(attn(x, hw)[0], expected)
 
 
 @pytest.mark.parametrize('hw,split', [((6, 6), 2), ((5, 7), 2), ((4, 6), 1)])
@@ -211,4 +211,4 @@ def test_cross_shaped_attention_matches_stripe_loop(hw, split):
                              padding=1, groups=half)[0]
             out[(ch, ) + area] = o
     expected = attn.proj(out.reshape(C, -1).T[None])
-    torch.testing.assert_close(attn(x, hw), expected)
+    torch.testing.assert_close(attn(x, hw)[0], expected)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-import mmhybrid.layers.gated_deltanet as gated_deltanet_module
+import mmhybrid.layers.mixers.gated_deltanet as gated_deltanet_module
 from mmhybrid.analysis import (Complexity, count_flops, delta_rule_macs,
                                historical_attention_macs, register_flops,
                                sliding_window_macs, wkv_macs)

@@ -4,8 +4,7 @@ import torch
 from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
-from mmhybrid.layers import (GlobalAttention, HistoricalAttention,
-                             MultiheadSelfAttention)
+from mmhybrid.layers import HistoricalAttention, MixerState, SoftmaxAttention
 from mmhybrid.models.backbones import HAViT, InfViT, SoLAVision, SwinELFATT
 from mmhybrid.ops.historical_attention import naive_historical_attention
 from mmhybrid.utils import register_scope
@@ -87,16 +86,17 @@ def test_module_errors():
     with pytest.raises(ValueError, match='init'):
         HistoricalAttention(2, init='normal')
     with pytest.raises(TypeError, match='history must be None or a dict'):
-        MultiheadSelfAttention(8, 2, history=0.45)
+        SoftmaxAttention(8, 2, history=0.45)
 
 
 # ---------------------------------------------------------------- the layers
 def test_multihead_attention_matches_the_formula():
     torch.manual_seed(0)
-    attn = MultiheadSelfAttention(16, 4, head_dim=6, history=HISTORY).eval()
+    attn = SoftmaxAttention(16, 4, head_dim=6, history=HISTORY).eval()
     x = torch.randn(2, 9, 16)
     history = torch.randn(2, 4, 9, 9)
-    out, new_history = attn(x, history)
+    out, state = attn(x, (3, 3), MixerState(history=history))
+    new_history = state.history
     q, k, v = attn.qkv(x).view(2, 9, 3, 4, 6).permute(2, 0, 3, 1, 4)
     ref, ref_history = naive_historical_attention(q, k, v, history, 0.45)
     torch.testing.assert_close(out, attn.proj(ref.transpose(1, 2).reshape(2, 9, 24)))
@@ -106,12 +106,13 @@ def test_multihead_attention_matches_the_formula():
 
 def test_global_attention_with_history_alpha_one_is_plain():
     torch.manual_seed(0)
-    plain = GlobalAttention(16, 2).eval()
-    hist = GlobalAttention(16, 2, history=dict(alpha=1.)).eval()
+    plain = SoftmaxAttention(16, 2, lepe=True).eval()
+    hist = SoftmaxAttention(16, 2, lepe=True, history=dict(alpha=1.)).eval()
     hist.load_state_dict(plain.state_dict())
     x = torch.randn(2, 12, 16)
-    out, new_history = hist(x, (3, 4))
-    torch.testing.assert_close(out, plain(x, (3, 4)), rtol=1e-5, atol=1e-6)
+    out, state = hist(x, (3, 4))
+    new_history = state.history
+    torch.testing.assert_close(out, plain(x, (3, 4))[0], rtol=1e-5, atol=1e-6)
     assert new_history.shape == (2, 2, 12, 12)
 
 
@@ -150,12 +151,13 @@ def test_eval_is_deterministic_and_batch_independent(name):
 
 
 def record_histories(model):
-    """(history in, history out) of every historical attention call, in order."""
+    """(mixer, history in, history out) of every historical attention call."""
     calls = []
     for m in model.modules():
         if getattr(m, 'historical', None) is not None:
             m.register_forward_hook(
-                lambda mod, args, out: calls.append((mod, args[-1], out[1])))
+                lambda mod, args, out: calls.append(
+                    (mod, args[-1].history, out[1].history)))
     return calls
 
 

@@ -6,17 +6,19 @@ import pytest
 import torch
 
 import mmhybrid  # noqa: F401
-from mmhybrid.layers import (BidirectionalGatedDeltaNet, GatedDeltaNetLayer,
-                             HiddenStateBridge, SlidingWindowAttention,
-                             SlidingWindowLayer, SoftmaxLayer, WKVLayer)
+from mmhybrid.layers import (BidirectionalGatedDeltaNet, HiddenStateBridge,
+                             MixerState, SlidingWindowAttention, SoftmaxAttention,
+                             SpatialMix)
 from mmhybrid.models.backbones import InfiniteVLVision, SoLAVision
 from mmhybrid.models.backbones.infinitevl_vision import block_schedule
+from mmhybrid.models.backbones.sola_vision import (gated_deltanet_block,
+                                                   sliding_window_block)
 from mmhybrid.registry import MODELS
 
 DIMS = (16, 16, 32, 32)
 ROUTES = (((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2)))
-KINDS = {WKVLayer: 'L', SoftmaxLayer: 'S', GatedDeltaNetLayer: 'G',
-         SlidingWindowLayer: 'W'}
+KINDS = {SpatialMix: 'L', SoftmaxAttention: 'S', BidirectionalGatedDeltaNet: 'G',
+         SlidingWindowAttention: 'W'}
 
 
 def count(model):
@@ -24,7 +26,7 @@ def count(model):
 
 
 def letters(model):
-    return '/'.join(''.join(KINDS[type(m)] for m in s) for s in model.stages)
+    return '/'.join(''.join(KINDS[type(m.attn)] for m in s) for s in model.stages)
 
 
 def tiny(cls=SoLAVision, schedule='GG/WG/GGSWGS/GS', **kwargs):
@@ -41,7 +43,8 @@ def test_gdn_mixer_is_bidirectional():
     torch.manual_seed(0)
     mixer = BidirectionalGatedDeltaNet(16, 2, conv_size=0).double()
     x = torch.randn(2, 35, 16, dtype=torch.float64, requires_grad=True)
-    out, hidden = mixer(x, (5, 7))
+    out, state = mixer(x, (5, 7))
+    hidden = state.hidden
     flipped, _ = mixer(x.flip(1), (5, 7))
     torch.testing.assert_close(flipped, out.flip(1))
     out[:, 17].sum().backward()
@@ -51,21 +54,21 @@ def test_gdn_mixer_is_bidirectional():
 
 
 def test_gdn_layer_shapes_conv_and_expand():
-    layer = GatedDeltaNetLayer(24, 3, expand_v=2, drop_path=0.1,
-                               layer_scale_init_value=1e-5)
+    layer = gated_deltanet_block(24, 3, expand_v=2, drop_path=0.1,
+                                 layer_scale_init_value=1e-5)
     x = torch.randn(2, 5 * 9, 24, requires_grad=True)
-    y, hidden = layer(x, (5, 9))
-    assert y.shape == x.shape and hidden.shape == (2, 45, 48)
-    assert layer.hidden_dims == 48 and layer.attn.conv.kernel_size == (3, 3)
+    y, state = layer(x, (5, 9))
+    assert y.shape == x.shape and state.hidden.shape == (2, 45, 48)
+    assert layer.attn.hidden_dims == 48 and layer.attn.conv.kernel_size == (3, 3)
     y.sum().backward()
     for name in ('A_log', 'dt_bias', 'qkv.weight', 'conv.weight'):
         assert layer.attn.get_parameter(name).grad.abs().sum() > 0, name
     assert not any('bias' in n for n, _ in layer.attn.named_parameters()
                    if n != 'dt_bias')  # no projection bias (InfiniteVL)
     with pytest.raises(ValueError, match='divisible'):
-        GatedDeltaNetLayer(24, 5)
+        gated_deltanet_block(24, 5)
     with pytest.raises(ValueError, match='conv_size'):
-        GatedDeltaNetLayer(24, 3, conv_size=4)
+        gated_deltanet_block(24, 3, conv_size=4)
 
 
 def test_gdn_decay_parameterisation():
@@ -79,17 +82,17 @@ def test_gdn_decay_parameterisation():
 def test_sliding_window_layer_is_local():
     attn = SlidingWindowAttention(16, 2, window_size=3).double()
     x = torch.randn(1, 6 * 8, 16, dtype=torch.float64, requires_grad=True)
-    out, hidden = attn(x, (6, 8))
-    assert hidden is None
+    out, state = attn(x, (6, 8), MixerState())
+    assert state == MixerState()
     out[0, 3 * 8 + 4].sum().backward()  # token (3, 4) sees rows 2-4, cols 3-5
     seen = x.grad.abs().sum(-1).view(6, 8) > 0
     expected = torch.zeros(6, 8, dtype=torch.bool)
     expected[2:5, 3:6] = True
     assert torch.equal(seen, expected)
-    layer = SlidingWindowLayer(16, 2, window_size=(3, 5))
+    layer = sliding_window_block(16, 2, window_size=(3, 5))
     assert layer(torch.randn(2, 7 * 3, 16), (7, 3))[0].shape == (2, 21, 16)
     with pytest.raises(ValueError, match='odd'):
-        SlidingWindowLayer(16, 2, window_size=4)
+        sliding_window_block(16, 2, window_size=4)
 
 
 def test_schedule_vocabulary_and_bridge_from_g():

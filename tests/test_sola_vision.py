@@ -9,7 +9,7 @@ from mmengine.registry import DefaultScope
 import mmhybrid  # noqa: F401
 from mmhybrid.analysis import count_flops
 from mmhybrid.analysis.paper_figures import PAPER_FIGURES
-from mmhybrid.layers import HiddenStateBridge, SoftmaxLayer, WKVLayer
+from mmhybrid.layers import HiddenStateBridge, SoftmaxAttention, SpatialMix
 from mmhybrid.layers.hidden_state_bridge import equidistant_sample
 from mmhybrid.models.backbones import SoLAVision
 from mmhybrid.registry import MODELS
@@ -72,11 +72,11 @@ def test_flops_match_table7(arch):
 def test_schedules_and_routes_of_table7():
     for arch, n_soft in (('t', 3), ('s', 3), ('b', 6)):
         model = paper_arch(arch)
-        assert sum(isinstance(m, SoftmaxLayer) for m in model.modules()) == n_soft
+        assert sum(isinstance(m, SoftmaxAttention) for m in model.modules()) == n_soft
         assert len(model.bridges) == (6 if arch == 'b' else 3)
         for key in model.bridges:  # every bridge ends at a softmax layer
             s, l = map(int, key.split('_'))
-            assert isinstance(model.stages[s - 1][l - 1], SoftmaxLayer)
+            assert isinstance(model.stages[s - 1][l - 1].attn, SoftmaxAttention)
     assert paper_arch('b').schedule == 'LL/LL/LLLSLLSLLSLLSLLS/LS'
 
 
@@ -151,8 +151,9 @@ def test_equidistant_sample_picks_cell_centres():
 def test_custom_schedule_and_errors():
     model = SoLAVision(arch=TINY, schedule='LS/SL/SSS/L', with_hsb=False,
                        head_dim=16)
-    kinds = [[type(m).__name__[0] for m in s] for s in model.stages]
-    assert kinds == [['W', 'S'], ['S', 'W'], ['S', 'S', 'S'], ['W']]
+    kinds = [[type(m.attn).__name__ for m in s] for s in model.stages]
+    L, S = 'SpatialMix', 'SoftmaxAttention'
+    assert kinds == [[L, S], [S, L], [S, S, S], [L]]
     with pytest.raises(ValueError, match='unknown layer letters'):
         SoLAVision(arch=TINY, schedule='LL/LX/LL/LS')
     with pytest.raises(ValueError, match='3 stages'):
@@ -274,4 +275,4 @@ def test_layers_build_through_registry_helper():
         model = build_model(dict(type='SoLAVision', arch=TINY, head_dim=16))
     assert isinstance(model, SoLAVision)
     assert MODELS.get('SoLAVision') is SoLAVision
-    assert isinstance(model.stages[0][0], WKVLayer)
+    assert isinstance(model.stages[0][0].attn, SpatialMix)

@@ -1,30 +1,24 @@
-"""Modules (with parameters) shared by the backbones."""
-from .attention_block import AttentionBlock
+"""Modules (with parameters) shared by the backbones: the one :class:`Block`, its
+token mixers (``mixers/``) and MLPs, the Hidden State Bridge and merges."""
 from .attention_plan import PRESET_PLANS, parse_attention_plan
+from .block import Block, MixerState
 from .conv_merging import ConvMerging
-from .elfatt_attention import ELFATTAttention, split_elfatt_heads
-from .gated_deltanet import BidirectionalGatedDeltaNet, GatedDeltaNetLayer
 from .hidden_state_bridge import HiddenStateBridge, equidistant_sample
-from .historical_attention import HistoricalAttention
-from .image_attention import GlobalAttention, ImageAttention
-from .infsa_attention import InfSAttention
-from .infvit_layer import InfViTLayer
+from .historical_attention import HistoricalAttention, link_history
 from .layer_norm_2d import LayerNorm2d
 from .layer_scale import LayerScale
-from .mixer_layer import MixerLayer
-from .mlp import Mlp
-from .sliding_window_attention import SlidingWindowAttention, SlidingWindowLayer
-from .softmax_layer import ConvMlp, MultiheadSelfAttention, SoftmaxLayer
-from .window_attention import CrossShapedWindowAttention, ShiftedWindowAttention
-from .wkv_layer import ChannelMix, SpatialMix, WKVLayer
+from .mixers import (AttentionMixer, BidirectionalGatedDeltaNet, ChannelMix,
+                     CrossShapedWindowAttention, ELFATTAttention, InfSAttention,
+                     ShiftedWindowAttention, SlidingWindowAttention,
+                     SoftmaxAttention, SpatialMix, split_elfatt_heads)
+from .mlp import FFN, ConvMlp, Mlp
 
 __all__ = [
-    'HiddenStateBridge', 'equidistant_sample', 'LayerScale', 'ConvMlp',
-    'MultiheadSelfAttention', 'SoftmaxLayer', 'ChannelMix', 'SpatialMix',
-    'WKVLayer', 'AttentionBlock', 'PRESET_PLANS', 'parse_attention_plan',
-    'ConvMerging', 'ELFATTAttention', 'split_elfatt_heads', 'GlobalAttention',
-    'ImageAttention', 'CrossShapedWindowAttention', 'ShiftedWindowAttention',
-    'InfSAttention', 'InfViTLayer', 'LayerNorm2d', 'Mlp', 'MixerLayer',
-    'BidirectionalGatedDeltaNet', 'GatedDeltaNetLayer', 'SlidingWindowAttention',
-    'SlidingWindowLayer', 'HistoricalAttention'
+    'Block', 'MixerState', 'Mlp', 'ConvMlp', 'FFN', 'HiddenStateBridge',
+    'equidistant_sample', 'HistoricalAttention', 'link_history', 'LayerScale',
+    'LayerNorm2d', 'ConvMerging', 'PRESET_PLANS', 'parse_attention_plan',
+    'AttentionMixer', 'SoftmaxAttention', 'SlidingWindowAttention',
+    'ShiftedWindowAttention', 'CrossShapedWindowAttention', 'ELFATTAttention',
+    'split_elfatt_heads', 'SpatialMix', 'ChannelMix', 'BidirectionalGatedDeltaNet',
+    'InfSAttention'
 ]

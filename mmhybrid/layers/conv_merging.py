@@ -2,6 +2,8 @@
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
+from .mlp import map_to_tokens, tokens_to_map
+
 
 class ConvMerging(nn.Module):
     """(B, H*W, C_in) -> (B, ceil(H/2)*ceil(W/2), C_out); same call as mmcv's
@@ -13,7 +15,5 @@ class ConvMerging(nn.Module):
         self.norm = build_norm_layer(norm_cfg, out_channels)[1]
 
     def forward(self, x, hw_shape):
-        B, _, C = x.shape
-        x = self.conv(x.transpose(1, 2).reshape(B, C, *hw_shape))
-        out_hw = x.shape[2:]
-        return self.norm(x.flatten(2).transpose(1, 2)), tuple(out_hw)
+        x = self.conv(tokens_to_map(x, hw_shape))
+        return self.norm(map_to_tokens(x)), tuple(x.shape[2:])

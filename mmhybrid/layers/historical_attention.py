@@ -2,10 +2,8 @@
 
 A softmax attention module built with ``history=dict(alpha=..., init=...)`` owns a
 :class:`HistoricalAttention`: it mixes its logits with the mixed logits ``H`` of
-the previous historical layer, attends with the mix and hands the mix on. The
-layer around it then takes and returns ``history`` (``x, history = layer(x, hw,
-history)``); a backbone threads it through the layers of one stage and restarts
-it (``history=None``) at each stage. Readings of the paper: docs/design.md
+the previous historical layer (``MixerState.history``), attends with the mix and
+hands the mix on in the state; a backbone restarts the state at each stage. Readings of the paper: docs/design.md
 ("Historical attention (HAViT)").
 """
 import torch
@@ -97,15 +95,11 @@ def build_history(cfg, num_heads):
     return HistoricalAttention(num_heads, **cfg)
 
 
-def is_historical(layer):
-    """Whether ``layer.attn`` carries a history (the layer takes and returns it)."""
-    return getattr(getattr(layer, 'attn', None), 'historical', None) is not None
-
-
-def link_history(layers):
-    """Chain the historical layers of one stage (in order): each keeps its new
-    history only if the next historical layer has the same heads and reads it."""
-    chain = [layer.attn.historical for layer in layers if is_historical(layer)]
+def link_history(blocks):
+    """Chain the historical blocks of one stage (in order): each keeps its new
+    history only if the next historical block has the same heads and reads it."""
+    chain = [b.attn.historical for b in blocks
+             if getattr(b.attn, 'historical', None) is not None]
     for current, following in zip(chain, chain[1:] + [None]):
         current.keep = (following is not None
                         and following.num_heads == current.num_heads)

@@ -1,9 +1,22 @@
-"""The ViT feed-forward block."""
+"""The MLPs (channel mixers) of the blocks; each is called as ``mlp(x, hw_shape)``."""
 import torch.nn as nn
+from mmcv.cnn import build_activation_layer
+
+
+def tokens_to_map(x, hw_shape):
+    """(B, H*W, C) tokens -> (B, C, H, W), a channels-last view (no copy)."""
+    B, _, C = x.shape
+    return x.view(B, *hw_shape, C).permute(0, 3, 1, 2)
+
+
+def map_to_tokens(x):
+    """(B, C, H, W) -> (B, H*W, C); no copy for a channels-last map."""
+    B, C = x.shape[:2]
+    return x.permute(0, 2, 3, 1).reshape(B, -1, C)
 
 
 class Mlp(nn.Module):
-    """``fc2(GELU(fc1(x)))`` with ``int(dims * mlp_ratio)`` hidden channels."""
+    """The ViT feed-forward block ``fc2(GELU(fc1(x)))``."""
 
     def __init__(self, dims, mlp_ratio=4.):
         super().__init__()
@@ -12,5 +25,35 @@ class Mlp(nn.Module):
         self.act = nn.GELU()
         self.fc2 = nn.Linear(hidden, dims)
 
-    def forward(self, x):
+    def forward(self, x, hw_shape=None):
         return self.fc2(self.act(self.fc1(x)))
+
+
+class ConvMlp(Mlp):
+    """SoLA-Vision's MLP: fc1, a 3x3 depth-wise conv on the hidden map, GELU, fc2."""
+
+    def __init__(self, dims, mlp_ratio=4.):
+        super().__init__(dims, mlp_ratio)
+        hidden = self.fc1.out_features
+        self.dwconv = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
+
+    def forward(self, x, hw_shape):
+        x = self.dwconv(tokens_to_map(self.fc1(x), hw_shape))
+        return self.fc2(self.act(map_to_tokens(x)))
+
+
+class FFN(nn.Module):
+    """``Linear, act, Dropout, Linear, Dropout`` with mmcv ``FFN``'s module names
+    (``layers.0.0``, ``layers.1``), the names of Swin checkpoints and mmdet's
+    ``paramwise_cfg`` keys."""
+
+    def __init__(self, dims, mlp_ratio=4., drop=0., act_cfg=dict(type='GELU')):
+        super().__init__()
+        hidden = int(dims * mlp_ratio)
+        self.layers = nn.Sequential(
+            nn.Sequential(nn.Linear(dims, hidden), build_activation_layer(act_cfg),
+                          nn.Dropout(drop)),
+            nn.Linear(hidden, dims), nn.Dropout(drop))
+
+    def forward(self, x, hw_shape=None):
+        return self.layers(x)

@@ -5,7 +5,7 @@ stripe attention with LePE, 3x3/2 conv merge blocks and whole-map attention in t
 last stage. The paper's CSWin-T and CSWin-B are the 24181 / 36292 depth variants
 of Han et al. 2023 (FLatten).
 """
-from mmhybrid.layers import ConvMerging, CrossShapedWindowAttention, GlobalAttention
+from mmhybrid.layers import ConvMerging, CrossShapedWindowAttention, SoftmaxAttention
 from mmhybrid.registry import register_model
 from ..utils.official_checkpoints import convert_cswin, is_official_cswin
 from .base_backbone import resolve_arch
@@ -57,7 +57,7 @@ class CSWin(HierarchicalAttentionBackbone):
 
     def build_local_attention(self, stage, index, dims, num_heads, **kwargs):
         if stage == 3:
-            return GlobalAttention(dims, num_heads, **kwargs)
+            return SoftmaxAttention(dims, num_heads, **kwargs)
         return CrossShapedWindowAttention(dims, num_heads,
                                           split_size=self.split_sizes[stage], **kwargs)
 

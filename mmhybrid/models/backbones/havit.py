@@ -13,12 +13,15 @@ from .infvit import InfViT
 # create_model.py): width 192, 9 layers, 12 heads of 64 channels (attention
 # 768 wide), MLP 512, no qkv bias; patch 4 on 32^2 CIFAR, 8 on 64^2 Tiny-ImageNet.
 # 'deit-*': DeiT-T/S/B widths for ImageNet-1K.
-ARCH_SETTINGS = {
+ARCH_ZOO = {
     'paper': dict(embed_dims=192, depth=9, num_heads=12, head_dim=64,
-                  mlp_ratio=512 / 192, qkv_bias=False),
-    'deit-t': dict(embed_dims=192, depth=12, num_heads=3, mlp_ratio=4.),
-    'deit-s': dict(embed_dims=384, depth=12, num_heads=6, mlp_ratio=4.),
-    'deit-b': dict(embed_dims=768, depth=12, num_heads=12, mlp_ratio=4.),
+                  mlp_ratio=512 / 192, qkv_bias=False, attn_types='S'),
+    'deit-t': dict(embed_dims=192, depth=12, num_heads=3, mlp_ratio=4.,
+                   attn_types='S'),
+    'deit-s': dict(embed_dims=384, depth=12, num_heads=6, mlp_ratio=4.,
+                   attn_types='S'),
+    'deit-b': dict(embed_dims=768, depth=12, num_heads=12, mlp_ratio=4.,
+                   attn_types='S'),
 }
 
 
@@ -33,24 +36,18 @@ class HAViT(InfViT):
         history (dict): :class:`~mmhybrid.layers.HistoricalAttention` arguments;
             the paper's best is ``alpha=0.45, init='random'``. None gives the
             plain ViT baseline of the same size.
-        qkv_bias (bool, optional): default from the arch (True unless given).
         out_type (str): ``'cls_token'`` (for ``VisionTransformerClsHead``),
             ``'avg_featmap'`` or ``'featmap'``.
         Others: see :class:`InfViT`.
     """
 
+    arch_zoo = ARCH_ZOO
+
     def __init__(self, arch='deit-s', history=dict(alpha=0.45, init='random'),
-                 qkv_bias=None, out_type='cls_token', **kwargs):
-        if isinstance(arch, str):
-            if arch.lower() not in ARCH_SETTINGS:
-                raise KeyError(f'unknown HAViT arch {arch!r}; choose from '
-                               f'{sorted(ARCH_SETTINGS)} or pass a dict')
-            arch = ARCH_SETTINGS[arch.lower()]
-        arch = dict(arch, attn_types='S')
-        arch_bias = arch.pop('qkv_bias', True)
+                 out_type='cls_token', **kwargs):
         if 'attn_types' in kwargs:
             raise TypeError('HAViT layers are all softmax; use InfViT to mix '
                             'attention types')
-        super().__init__(
-            arch=arch, history=history, out_type=out_type,
-            qkv_bias=arch_bias if qkv_bias is None else qkv_bias, **kwargs)
+        if isinstance(arch, dict):
+            arch = dict(arch, attn_types='S')
+        super().__init__(arch=arch, history=history, out_type=out_type, **kwargs)

@@ -8,16 +8,14 @@ are config changes of one model.
 """
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed
 from mmengine.model.weight_init import trunc_normal_
 
-from mmhybrid.layers import (AttentionBlock, ELFATTAttention, GlobalAttention,
-                             ShiftedWindowAttention, parse_attention_plan)
-from mmhybrid.layers.historical_attention import is_historical, link_history
+from mmhybrid.layers import (FFN, Block, ELFATTAttention, ShiftedWindowAttention,
+                             SoftmaxAttention, link_history, parse_attention_plan)
 from ..utils import resize_pos_embed
-from .base_backbone import (BaseBackbone, check_rates,
-                            require_keys, resolve_arch)
+from .base_backbone import check_rates, require_keys, resolve_arch
+from .pyramid import PyramidBackbone
 
 
 class AttentionStage(nn.Module):
@@ -29,8 +27,8 @@ class AttentionStage(nn.Module):
         self.downsample = downsample
 
 
-class HierarchicalAttentionBackbone(BaseBackbone):
-    """Stem, four stages of :class:`AttentionBlock`, an output norm per out index.
+class HierarchicalAttentionBackbone(PyramidBackbone):
+    """Stem, four stages of attention blocks, an output norm per out index.
 
     Subclasses define ``arch_zoo``, :meth:`build_downsample` and
     :meth:`build_local_attention`.
@@ -82,7 +80,8 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                                  f'got {tuple(value)}')
         check_rates(name, drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
                     drop_path_rate=drop_path_rate)
-        super().__init__(4, frozen_stages, norm_eval, with_cp, init_cfg,
+        super().__init__(4, frozen_stages=frozen_stages, norm_eval=norm_eval,
+                         with_cp=with_cp, init_cfg=init_cfg,
                          out_indices=out_indices, pretrained=pretrained)
         self.arch = arch
         self.convert_weights = convert_weights
@@ -115,25 +114,24 @@ class HierarchicalAttentionBackbone(BaseBackbone):
                     attention = self.build_local_attention(
                         i, j, dims[i], num_heads[i], lepe=lepe, **common)
                 elif kind == 'global':
-                    attention = GlobalAttention(dims[i], num_heads[i], lepe=lepe,
-                                                history=history, **common)
+                    attention = SoftmaxAttention(dims[i], num_heads[i], lepe=lepe,
+                                                 history=history, **common)
                 else:
                     ratio = 1. if kind == 'effatt' else global_ratio
                     attention = ELFATTAttention(
                         dims[i], num_heads[i], block_size=block_sizes[i],
                         block_layout=block_layout, global_ratio=ratio, lepe=lepe,
                         **common)
-                blocks.append(AttentionBlock(
-                    dims[i], attention, mlp_ratio=mlp_ratio, drop_rate=drop_rate,
-                    drop_path=drop_paths[sum(depths[:i]) + j], act_cfg=act_cfg,
-                    norm_cfg=norm_cfg))
+                blocks.append(Block(
+                    dims[i], attention,
+                    FFN(dims[i], mlp_ratio, drop=drop_rate, act_cfg=act_cfg),
+                    drop_path=drop_paths[sum(depths[:i]) + j], norm_cfg=norm_cfg))
             downsample = (self.build_downsample(dims[i], dims[i + 1], norm_cfg)
                           if i < 3 else None)
             self.stages.append(AttentionStage(blocks, downsample))
             link_history(blocks)
-        for i in self.out_indices:
-            self.add_module(f'norm{i}', build_norm_layer(norm_cfg, dims[i])[1])
-        self.num_features = [dims[i] for i in range(4)]
+        self.num_features = dims
+        self.build_outputs(dims, norm_cfg)
 
     def build_downsample(self, in_channels, out_channels, norm_cfg):
         raise NotImplementedError
@@ -141,21 +139,18 @@ class HierarchicalAttentionBackbone(BaseBackbone):
     def build_local_attention(self, stage, index, dims, num_heads, **kwargs):
         raise NotImplementedError
 
-    def stage_parts(self, index):
-        if index == 0:
-            parts = [self.patch_embed]
-            if self.absolute_pos_embed is not None:
-                parts.append(self.absolute_pos_embed)
-            return parts
-        parts = [self.stages[index - 1]]
-        if index - 1 in self.out_indices:
-            parts.append(getattr(self, f'norm{index - 1}'))
-        return parts
+    def stem_parts(self):
+        return [p for p in (self.patch_embed, self.absolute_pos_embed)
+                if p is not None]
 
-    def unused_parts(self):
-        last = self.out_indices[-1]
-        downsample = self.stages[last].downsample
-        return [*self.stages[last + 1:]] + ([downsample] if downsample else [])
+    def stage_modules(self, index):
+        return [self.stages[index]]  # its blocks and the merge after them
+
+    def stage_blocks(self, index):
+        return self.stages[index].blocks
+
+    def merge(self, index):
+        return self.stages[index - 1].downsample if index else None
 
     def init_scratch(self):
         super().init_scratch()
@@ -163,26 +158,8 @@ class HierarchicalAttentionBackbone(BaseBackbone):
             if isinstance(m, ShiftedWindowAttention):
                 trunc_normal_(m.relative_position_bias_table, std=.02)
 
-    def forward(self, x):
-        self.check_input(x)
-        x, hw_shape = self.patch_embed(x)
+    def embed(self, x):
+        x, hw = self.patch_embed(x)
         if self.absolute_pos_embed is not None:
-            x = x + resize_pos_embed(self.absolute_pos_embed, self.pos_grid, hw_shape)
-        x = self.drop_after_pos(x)
-        outs = []
-        for i, stage in enumerate(self.stages):
-            history = None  # HAViT: carried between the stage's global blocks
-            for block in stage.blocks:
-                if is_historical(block):
-                    x, history = self.run_layer(block, x, hw_shape, history)
-                else:
-                    x = self.run_layer(block, x, hw_shape)
-            if i in self.out_indices:
-                out = getattr(self, f'norm{i}')(x)
-                outs.append(out.transpose(1, 2).reshape(x.shape[0], -1, *hw_shape)
-                            .contiguous())
-            if i == self.out_indices[-1]:
-                break
-            if stage.downsample is not None:
-                x, hw_shape = stage.downsample(x, hw_shape)
-        return tuple(outs)
+            x = x + resize_pos_embed(self.absolute_pos_embed, self.pos_grid, hw)
+        return self.drop_after_pos(x), hw

@@ -23,7 +23,7 @@ def block_schedule(block, depths):
     return '/'.join(layers[end - depth:end] for end, depth in zip(ends, depths))
 
 
-ARCH_SETTINGS = {
+ARCH_ZOO = {
     't': dict(embed_dims=(96, 128, 192, 256),
               schedule=block_schedule('WGGG', (2, 2, 6, 2))),
     'b': dict(embed_dims=(128, 256, 512, 1024),
@@ -39,4 +39,4 @@ class InfiniteVLVision(SoLAVision):
     softmax layer and therefore no Hidden State Bridge. ``window_size`` (default
     7, per stage allowed) sets the 'W' layers' neighbourhood.
     """
-    arch_settings = ARCH_SETTINGS
+    arch_zoo = ARCH_ZOO

@@ -13,16 +13,18 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed
 from mmengine.model.weight_init import trunc_normal_
 
-from mmhybrid.layers.historical_attention import is_historical, link_history
-from mmhybrid.layers.infsa_attention import InfSAttention, gamma_to_logit
-from mmhybrid.layers.infvit_layer import ATTN_TYPES, InfViTLayer
+from mmhybrid.layers import (Block, InfSAttention, MixerState, Mlp,
+                             SoftmaxAttention, link_history)
+from mmhybrid.layers.mixers.infsa import gamma_to_logit
 from mmhybrid.registry import register_model
 from ..utils import resize_pos_embed
 from .base_backbone import (BaseBackbone, check_rates,
                             require_keys, resolve_arch)
 
+ATTN_TYPES = {'P': 'pure', 'L': 'linear', 'S': 'softmax'}
+
 # Width 1024, MLP ratio 4.5 and tied Q = K reproduce Table 1/3 (docs/design.md).
-ARCH_SETTINGS = {
+ARCH_ZOO = {
     'linear-4l': dict(embed_dims=1024, depth=4, num_heads=64, mlp_ratio=4.5,
                       attn_types='L'),
     'pure-4l': dict(embed_dims=1024, depth=4, num_heads=16, mlp_ratio=4.5,
@@ -65,7 +67,7 @@ class InfViT(BaseBackbone):
     """InfViT backbone returning (B, C, H/16, W/16) maps of chosen layers.
 
     Args:
-        arch (str | dict): one of ``ARCH_SETTINGS`` or a dict with ``embed_dims``,
+        arch (str | dict): one of ``arch_zoo`` or a dict with ``embed_dims``,
             ``depth``, ``num_heads`` (int or one per layer), ``mlp_ratio``,
             ``attn_types`` and optionally ``head_dim`` (softmax layers).
         attn_types (str | sequence, optional): override the arch's per-layer
@@ -98,9 +100,10 @@ class InfViT(BaseBackbone):
             public ``infsa`` ViT layout (see :meth:`convert_checkpoint`).
     """
     out_unit = 'layers'
+    arch_zoo = ARCH_ZOO
 
     def __init__(self, arch='linear-4l', attn_types=None, img_size=224,
-                 patch_size=16, in_channels=3, qkv_bias=True, tie_qk=None,
+                 patch_size=16, in_channels=3, qkv_bias=None, tie_qk=None,
                  gamma_init=0.7, discount='layer', local_path=None,
                  with_cls_token=True, history=None, drop_rate=0.,
                  drop_path_rate=0.1, layer_scale_init_value=None, out_indices=(-1, ),
@@ -108,9 +111,11 @@ class InfViT(BaseBackbone):
                  frozen_stages=-1, norm_eval=False, with_cp=False,
                  pretrained=None, init_cfg=None):
         required = ('embed_dims', 'depth', 'num_heads', 'mlp_ratio', 'attn_types')
-        arch = require_keys(resolve_arch(arch, ARCH_SETTINGS, 'InfViT', required),
-                            required, 'InfViT')
-        check_rates('InfViT', drop_rate=drop_rate, drop_path_rate=drop_path_rate)
+        owner = type(self).__name__
+        arch = require_keys(resolve_arch(arch, self.arch_zoo, owner, required),
+                            required, owner)
+        check_rates(owner, drop_rate=drop_rate, drop_path_rate=drop_path_rate)
+        qkv_bias = arch.get('qkv_bias', True) if qkv_bias is None else qkv_bias
         dims, depth = arch['embed_dims'], arch['depth']
         letters = parse_attn_types(attn_types or arch['attn_types'], depth)
         heads = arch['num_heads']
@@ -143,15 +148,21 @@ class InfViT(BaseBackbone):
         self.drop_after_pos = nn.Dropout(drop_rate)
 
         dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
-        softmax = dict(head_dim=arch.get('head_dim'), history=history)
-        self.layers = nn.ModuleList(
-            InfViTLayer(dims, heads[i], ATTN_TYPES[letter], arch['mlp_ratio'],
-                        qkv_bias=qkv_bias, tie_qk=tie_qk, gamma_init=gamma_init,
-                        depth=i + 1, discount=discount, local_path=local_path,
-                        drop_path=dpr[i],
-                        layer_scale_init_value=layer_scale_init_value,
-                        norm_cfg=norm_cfg, **(softmax if letter == 'S' else {}))
-            for i, letter in enumerate(letters))
+        blocks = []
+        for i, letter in enumerate(letters):
+            if letter == 'S':
+                mixer = SoftmaxAttention(dims, heads[i], head_dim=arch.get('head_dim'),
+                                         qkv_bias=qkv_bias, history=history)
+            else:
+                mixer = InfSAttention(
+                    dims, heads[i], ATTN_TYPES[letter], tie_qk=tie_qk,
+                    qkv_bias=qkv_bias, gamma_init=gamma_init, depth=i + 1,
+                    discount=discount, local_path=local_path)
+            blocks.append(Block(dims, mixer, Mlp(dims, arch['mlp_ratio']),
+                                drop_path=dpr[i],
+                                layer_scale_init_value=layer_scale_init_value,
+                                norm_cfg=norm_cfg))
+        self.layers = nn.ModuleList(blocks)
         link_history(self.layers)
         for i in self.out_indices:
             self.add_module(f'norm{i}', build_norm_layer(norm_cfg, dims)[1])
@@ -234,12 +245,9 @@ class InfViT(BaseBackbone):
                                  self.num_extra_tokens)
         x = self.drop_after_pos(x)
         outs = []
-        history = None  # HAViT: mixed logits carried between softmax layers
+        state = MixerState()  # HAViT: mixed logits carried between softmax layers
         for i, layer in enumerate(self.layers[:self.out_indices[-1] + 1]):
-            if is_historical(layer):
-                x, history = self.run_layer(layer, x, hw, history)
-            else:
-                x = self.run_layer(layer, x, hw)
+            x, state = self.run_layer(layer, x, hw, state)
             if i in self.out_indices:
                 outs.append(self.format_output(getattr(self, f'norm{i}')(x), hw))
         return tuple(outs)
@@ -251,4 +259,4 @@ class InfViT(BaseBackbone):
         patches = x[:, self.num_extra_tokens:]
         if self.out_type == 'avg_featmap':
             return patches.mean(1)
-        return patches.transpose(1, 2).reshape(x.shape[0], -1, *hw).contiguous()
+        return patches.reshape(x.shape[0], *hw, -1).permute(0, 3, 1, 2).contiguous()

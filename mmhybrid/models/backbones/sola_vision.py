@@ -14,16 +14,51 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 
-from mmhybrid.layers import (GatedDeltaNetLayer, HiddenStateBridge,
-                             SlidingWindowLayer, SoftmaxLayer, WKVLayer)
-from mmhybrid.layers.historical_attention import is_historical, link_history
+from mmhybrid.layers import (BidirectionalGatedDeltaNet, Block, ChannelMix,
+                             ConvMlp, HiddenStateBridge, SlidingWindowAttention,
+                             SoftmaxAttention, SpatialMix, link_history)
 from mmhybrid.registry import register_model
 from ..utils import resize_pos_embed
-from .base_backbone import (BaseBackbone, check_rates,
-                            require_keys, resolve_arch)
+from .base_backbone import check_rates, require_keys, resolve_arch
+from .pyramid import PyramidBackbone
 
-LAYER_TYPES = {'L': WKVLayer, 'S': SoftmaxLayer, 'G': GatedDeltaNetLayer,
-               'W': SlidingWindowLayer}
+
+def wkv_block(dims, hidden_rate=4, key_norm=False, norm_cfg=dict(type='LN'),
+              **block):
+    """'L': the WKV linear layer (Sec. 4.4, Fig. 4c): spatial mix, channel mix."""
+    return Block(dims, SpatialMix(dims, key_norm, norm_cfg),
+                 ChannelMix(dims, hidden_rate, key_norm, norm_cfg),
+                 norm_cfg=norm_cfg, **block)
+
+
+def softmax_block(dims, num_heads, mlp_ratio=4, qkv_bias=True, history=None,
+                  **block):
+    """'S': global softmax attention (Sec. 4.4), then the conv MLP."""
+    return Block(dims, SoftmaxAttention(dims, num_heads, qkv_bias=qkv_bias,
+                                        history=history),
+                 ConvMlp(dims, mlp_ratio), **block)
+
+
+def gated_deltanet_block(dims, num_heads, mlp_ratio=4, expand_v=1., conv_size=3,
+                         **block):
+    """'G': bidirectional Gated DeltaNet (InfiniteVL Sec. 3.1), then the conv MLP."""
+    return Block(dims, BidirectionalGatedDeltaNet(dims, num_heads, expand_v,
+                                                  conv_size),
+                 ConvMlp(dims, mlp_ratio), **block)
+
+
+def sliding_window_block(dims, num_heads, window_size=7, mlp_ratio=4,
+                         qkv_bias=True, **block):
+    """'W': 2D sliding-window attention (InfiniteVL Sec. 3.2), then the conv MLP."""
+    return Block(dims, SlidingWindowAttention(dims, num_heads, window_size,
+                                              qkv_bias),
+                 ConvMlp(dims, mlp_ratio), **block)
+
+
+LAYER_TYPES = {'L': wkv_block, 'S': softmax_block, 'G': gated_deltanet_block,
+               'W': sliding_window_block}
+LAYER_NAMES = {'L': 'WKV linear', 'S': 'global softmax',
+               'G': 'bidirectional Gated DeltaNet', 'W': 'sliding-window attention'}
 # an HSB goes from a linear layer's hidden state to a global softmax layer
 HSB_SOURCES, HSB_TARGETS = 'LG', 'S'
 
@@ -34,7 +69,7 @@ HSB_SOURCES, HSB_TARGETS = 'LG', 'S'
 # 'S' target), 1-based. For B the table prints
 # targets (3,3),(3,6),...,(3,15), which are 'L' layers of its schedule; we read them as
 # the softmax layers that follow (3,4),(3,7),...,(3,16) -- see docs/design.md.
-ARCH_SETTINGS = {
+ARCH_ZOO = {
     't': dict(
         embed_dims=(96, 128, 192, 256),
         schedule='LL/LL/LLSLLS/LS',
@@ -52,9 +87,9 @@ ARCH_SETTINGS = {
 # SoLA with bidirectional Gated DeltaNet ('G') in place of every WKV layer ('L'):
 # same widths and HSB routes (docs/design.md, "Gated DeltaNet, sliding-window ...")
 for _arch in ('t', 'b'):
-    ARCH_SETTINGS[f'{_arch}-gdn'] = dict(
-        ARCH_SETTINGS[_arch],
-        schedule=ARCH_SETTINGS[_arch]['schedule'].replace('L', 'G'))
+    ARCH_ZOO[f'{_arch}-gdn'] = dict(
+        ARCH_ZOO[_arch],
+        schedule=ARCH_ZOO[_arch]['schedule'].replace('L', 'G'))
 
 
 def parse_schedule(schedule, num_stages):
@@ -71,8 +106,7 @@ def parse_schedule(schedule, num_stages):
         if bad:
             raise ValueError(f'unknown layer letters {sorted(bad)} in stage {i} '
                              f'of schedule {schedule!r}; use ' + ', '.join(
-                                 f'{k!r} ({v.__name__})'
-                                 for k, v in LAYER_TYPES.items()))
+                                 f'{k!r} ({v})' for k, v in LAYER_NAMES.items()))
     return stages
 
 
@@ -104,7 +138,7 @@ def stage_values(value, num_stages, name):
 
 
 @register_model()
-class SoLAVision(BaseBackbone):
+class SoLAVision(PyramidBackbone):
     """SoLA-Vision backbone.
 
     Args:
@@ -139,7 +173,7 @@ class SoLAVision(BaseBackbone):
             ``dict(G=dict(expand_v=2, conv_size=0))``.
     """
 
-    arch_settings = ARCH_SETTINGS
+    arch_zoo = ARCH_ZOO
 
     def __init__(self, arch='t', schedule=None, hsb_routes=None, with_hsb=True,
                  pretrain_img_size=224, in_channels=3, patch_size=4,
@@ -151,7 +185,7 @@ class SoLAVision(BaseBackbone):
                  layer_cfg=None):
         owner = type(self).__name__
         required = ('embed_dims', 'schedule')
-        arch = require_keys(resolve_arch(arch, self.arch_settings, owner, required),
+        arch = require_keys(resolve_arch(arch, self.arch_zoo, owner, required),
                             required, owner)
         check_rates(owner, drop_rate=drop_rate, drop_path_rate=drop_path_rate)
         embed_dims = tuple(arch['embed_dims'])
@@ -172,8 +206,9 @@ class SoLAVision(BaseBackbone):
         if bad:
             raise ValueError(f'layer_cfg has unknown layer letters {sorted(bad)}; '
                              f'use {sorted(LAYER_TYPES)}')
-        super().__init__(len(stages), frozen_stages, norm_eval, with_cp,
-                         init_cfg, out_indices=out_indices, pretrained=pretrained)
+        super().__init__(len(stages), frozen_stages=frozen_stages,
+                         norm_eval=norm_eval, with_cp=with_cp, init_cfg=init_cfg,
+                         out_indices=out_indices, pretrained=pretrained)
         self.embed_dims = embed_dims
         self.schedule = '/'.join(stages)
         self.hsb_routes = routes
@@ -211,80 +246,41 @@ class SoLAVision(BaseBackbone):
                 own_kwargs[letter].update(extra)
             self.stages.append(nn.ModuleList(
                 LAYER_TYPES[letter](
-                    dims, drop_path=dpr[first + j],
+                    dims, drop_path=dpr[first + j], norm_cfg=norm_cfg,
                     layer_scale_init_value=layer_scale_init_value,
-                    norm_cfg=norm_cfg, **own_kwargs[letter])
+                    **own_kwargs[letter])
                 for j, letter in enumerate(letters)))
             link_history(self.stages[-1])
 
-        # bridges are keyed by target layer "<stage>_<layer>" (1-based)
-        self.bridges = nn.ModuleDict()
         for src, dst in routes:
             key = f'{dst[0]}_{dst[1]}'
             if key in self.bridges:
                 raise ValueError(f'two HSB routes end at {dst}')
-            source = self.stages[src[0] - 1][src[1] - 1]
-            self.bridges[key] = HiddenStateBridge(
-                getattr(source, 'hidden_dims', embed_dims[src[0] - 1]),
-                embed_dims[dst[0] - 1])
-        self._bridge_sources = {f'{dst[0]}_{dst[1]}': src for src, dst in routes}
+            source = self.stages[src[0] - 1][src[1] - 1].attn
+            self.bridges[key] = HiddenStateBridge(source.hidden_dims,
+                                                  embed_dims[dst[0] - 1])
+            self.bridge_sources[key] = src
+        self.build_outputs(embed_dims, norm_cfg)
 
-        for i in self.out_indices:
-            self.add_module(f'norm{i}', build_norm_layer(norm_cfg,
-                                                         embed_dims[i])[1])
-        self._freeze_stages()
+    def stem_parts(self):
+        return [self.patch_embed, self.pos_embed]
 
-    def stage_parts(self, index):
-        if index == 0:
-            return [self.patch_embed, self.pos_embed]
-        parts = [self.stages[index - 1]]
-        if index > 1:
-            parts.append(self.downsamples[index - 2])
-        parts += [b for k, b in self.bridges.items()
-                  if int(k.split('_')[0]) == index]
-        if index - 1 in self.out_indices:
-            parts.append(getattr(self, f'norm{index - 1}'))
-        return parts
+    def stage_modules(self, index):
+        return [self.stages[index]] + ([self.downsamples[index - 1]] if index else [])
 
-    def unused_parts(self):
-        last = self.out_indices[-1]
-        return [*self.stages[last + 1:], *self.downsamples[last:],
-                *(b for k, b in self.bridges.items()
-                  if int(k.split('_')[0]) > last + 1)]
+    def stage_blocks(self, index):
+        return self.stages[index]
+
+    def merge(self, index):
+        return self.downsamples[index - 1] if index else None
 
     def init_scratch(self):
         super().init_scratch()
-        wkv_layers = [m for m in self.modules() if isinstance(m, WKVLayer)]
-        for i, layer in enumerate(wkv_layers):
-            layer.init_decay(i / max(len(wkv_layers) - 1, 1))
+        wkv = [m for m in self.modules() if isinstance(m, SpatialMix)]
+        for i, mixer in enumerate(wkv):
+            mixer.init_decay(i / max(len(wkv) - 1, 1))
 
-    def forward(self, x):
-        self.check_input(x)
+    def embed(self, x):
         x, hw = self.patch_embed(x)
         x = x + resize_pos_embed(self.pos_embed, self.pos_grid, hw)
-        x = self.drop_after_pos(x)
-
-        sources = set(self._bridge_sources.values())
-        hidden = {}
-        outs = []
-        for i, stage in enumerate(self.stages[:self.out_indices[-1] + 1]):
-            if i > 0:
-                x, hw = self.downsamples[i - 1](x, hw)
-            history = None  # HAViT: carried between the stage's 'S' layers
-            for j, layer in enumerate(stage):
-                key = f'{i + 1}_{j + 1}'
-                if key in self.bridges:
-                    state, state_hw = hidden[self._bridge_sources[key]]
-                    x = self.run_layer(self.bridges[key], x, hw, state,
-                                       state_hw)
-                if is_historical(layer):
-                    x, history = self.run_layer(layer, x, hw, history)
-                else:
-                    x, state = self.run_layer(layer, x, hw)
-                if (i + 1, j + 1) in sources:
-                    hidden[(i + 1, j + 1)] = (state, hw)
-            if i in self.out_indices:
-                out = getattr(self, f'norm{i}')(x)
-                outs.append(out.transpose(1, 2).reshape(
-                    x.shape[0], -1, *hw).contiguous())
-        return tuple(outs)
+        return self.drop_after_pos(x), hw

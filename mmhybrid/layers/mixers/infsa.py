@@ -28,6 +28,8 @@ import torch.nn as nn
 
 from mmhybrid.ops import pure_infsa
 from mmhybrid.ops.infsa import linear_infsa_context
+from ..block import MixerState
+from ..mlp import map_to_tokens, tokens_to_map
 
 VARIANTS = ('pure', 'linear')
 LOCAL_PATHS = (None, 'lepe')
@@ -53,8 +55,9 @@ class InfSAttention(nn.Module):
         local_path (str, optional): None or ``'lepe'``.
         eps (float): the epsilon of Eq. 11 and 17/20.
 
-    ``forward`` returns (B, N, C), or (B, 1, C) for a linear layer without local
-    path (the same context for every token; it broadcasts in the residual add).
+    ``forward`` returns ``(out, state)``, ``out`` (B, N, C), or (B, 1, C) for a
+    linear layer without local path (the same context for every token; it
+    broadcasts in the residual add).
     """
 
     def __init__(self, dims, num_heads, variant='pure', tie_qk=None,
@@ -110,11 +113,10 @@ class InfSAttention(nn.Module):
         B, N, C = v.shape
         H, W = hw_shape
         extra = N - H * W
-        grid = v[:, extra:].transpose(1, 2).reshape(B, C, H, W)
-        local = self.lepe(grid).flatten(2).transpose(1, 2)
+        local = map_to_tokens(self.lepe(tokens_to_map(v[:, extra:], hw_shape)))
         return torch.cat((local.new_zeros(B, extra, C), local), dim=1)
 
-    def forward(self, x, hw_shape):
+    def forward(self, x, hw_shape, state=MixerState()):
         B, N, C = x.shape
         q = self._heads(self.q(x))
         k = q if self.k is None else self._heads(self.k(x))
@@ -128,4 +130,4 @@ class InfSAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, -1, C)
         if self.lepe is not None:
             out = out + self._local(v_tokens, hw_shape)
-        return self.proj(out)
+        return self.proj(out), state

@@ -1,4 +1,4 @@
-r"""Bidirectional Gated DeltaNet layer ('G' in a schedule).
+r"""Bidirectional Gated DeltaNet token mixer ('G' in a schedule).
 
 Gated DeltaNet (Yang et al. 2025) as InfiniteVL uses it (Sec. 3.1-3.2): q, k, v
 projections without bias, a short depth-wise conv and SiLU, L2-normalised q and k,
@@ -15,7 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmhybrid.ops import gated_delta_rule
-from .mixer_layer import MixerLayer
+from ..block import MixerState
+from ..mlp import map_to_tokens, tokens_to_map
 
 
 class BidirectionalGatedDeltaNet(nn.Module):
@@ -28,9 +29,9 @@ class BidirectionalGatedDeltaNet(nn.Module):
         conv_size (int): k x k depth-wise conv on the q, k, v maps (0: none).
         norm_eps (float): epsilon of the per-head output RMSNorm.
 
-    ``forward`` returns ``(out, hidden)``; ``hidden`` (B, N, dims * expand_v) is
-    the summed read-out of the two scans before the norm and the output gate,
-    the per-token hidden state a Hidden State Bridge samples.
+    ``state.hidden`` (B, N, dims * expand_v) becomes the summed read-out of the
+    two scans before the norm and the output gate, the per-token hidden state a
+    Hidden State Bridge samples.
     """
 
     def __init__(self, dims, num_heads, expand_v=1., conv_size=3, norm_eps=1e-5):
@@ -44,6 +45,7 @@ class BidirectionalGatedDeltaNet(nn.Module):
                              f'{conv_size}')
         self.num_heads = num_heads
         self.value_dims = value_dims
+        self.hidden_dims = value_dims
         self.split = (dims, dims, value_dims)
         self.qkv = nn.Linear(dims, 2 * dims + value_dims, bias=False)
         self.conv = (nn.Conv2d(sum(self.split), sum(self.split), conv_size,
@@ -60,12 +62,11 @@ class BidirectionalGatedDeltaNet(nn.Module):
                        math.log(1e-3)).clamp(min=1e-4)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1
 
-    def forward(self, x, hw_shape):
+    def forward(self, x, hw_shape, state=MixerState()):
         B, N, _ = x.shape
         qkv = self.qkv(x)
         if self.conv is not None:
-            qkv = self.conv(qkv.transpose(1, 2).reshape(B, -1, *hw_shape))
-            qkv = qkv.flatten(2).transpose(1, 2)
+            qkv = map_to_tokens(self.conv(tokens_to_map(qkv, hw_shape)))
         beta = torch.sigmoid(self.b_proj(x))
         g = -self.A_log.float().exp() * F.softplus(
             self.a_proj(x).float() + self.dt_bias)
@@ -84,20 +85,4 @@ class BidirectionalGatedDeltaNet(nn.Module):
         norm = self.o_norm  # in float32 whatever the autocast / parameter dtype
         out = F.rms_norm(hidden.float(), norm.normalized_shape,
                          norm.weight.float(), norm.eps).to(gate.dtype) * gate
-        return self.o_proj(out.flatten(2)), hidden.flatten(2)
-
-
-class GatedDeltaNetLayer(MixerLayer):
-    """Pre-norm residual layer: bidirectional Gated DeltaNet, then conv MLP ('G').
-
-    Returns ``(x, hidden)``; ``hidden`` is the mixer's summed scan read-out
-    (``hidden_dims`` channels), bridged by the Hidden State Bridge.
-    """
-
-    def __init__(self, dims, num_heads, mlp_ratio=4., expand_v=1., conv_size=3,
-                 drop_path=0., layer_scale_init_value=None,
-                 norm_cfg=dict(type='LN')):
-        super().__init__(
-            dims, BidirectionalGatedDeltaNet(dims, num_heads, expand_v, conv_size),
-            mlp_ratio, drop_path, layer_scale_init_value, norm_cfg)
-        self.hidden_dims = self.attn.value_dims
+        return self.o_proj(out.flatten(2)), state._replace(hidden=hidden.flatten(2))

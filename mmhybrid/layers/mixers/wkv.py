@@ -1,11 +1,11 @@
-"""The WKV linear-attention layer of SoLA-Vision (Sec. 4.4, Fig. 4c)."""
+"""The WKV linear-attention layer of SoLA-Vision (Sec. 4.4, Fig. 4c, Eq. 9): its
+token mixer (:class:`SpatialMix`) and its MLP (:class:`ChannelMix`)."""
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks.drop import DropPath
 
 from mmhybrid.ops import bi_wkv, quad_token_shift
-from .layer_scale import LayerScale
+from ..block import MixerState
 
 
 class TokenShiftMix(nn.Module):
@@ -27,9 +27,9 @@ class SpatialMix(nn.Module):
     ``e^{u + k_t}``: the learnable ``spatial_decay`` (w) is divided by the number of
     tokens N (the distance is measured in sequence lengths), the ``spatial_first``
     bonus (u) is not (Vision-RWKV's code divides both). ``key_norm`` adds
-    Vision-RWKV's optional LayerNorm on the WKV output (not in the paper). ``forward``
-    also returns the WKV output (the per-token normalised hidden state) for the
-    Hidden State Bridge.
+    Vision-RWKV's optional LayerNorm on the WKV output (not in the paper). The WKV
+    output (the per-token normalised hidden state) goes to ``state.hidden`` for
+    the Hidden State Bridge.
     """
 
     def __init__(self, dims, key_norm=False, norm_cfg=dict(type='LN')):
@@ -43,14 +43,28 @@ class SpatialMix(nn.Module):
         self.key_norm = (build_norm_layer(norm_cfg, dims)[1]
                          if key_norm else nn.Identity())
         self.output = nn.Linear(dims, dims, bias=False)
+        self.hidden_dims = dims
 
-    def forward(self, x, hw_shape):
+    def init_decay(self, depth_ratio):
+        """Spread decays over channels, slower decay deeper (RWKV's init idea).
+
+        ``spatial_decay`` goes from -5 to 3 across channels along a power curve whose
+        exponent grows with depth; ``spatial_first`` starts at log(0.3): a token
+        weighs itself 0.3 times its nearest neighbours (RWKV-4's initial bonus).
+        """
+        C = self.spatial_decay.numel()
+        frac = torch.arange(C, dtype=torch.float32) / max(C - 1, 1)
+        with torch.no_grad():
+            self.spatial_decay.copy_(-5 + 8 * frac**(0.7 + 1.3 * depth_ratio))
+            self.spatial_first.fill_(float(torch.log(torch.tensor(0.3))))
+
+    def forward(self, x, hw_shape, state=MixerState()):
         xk, xv, xr = self.shift_mix(x, hw_shape)
         N = x.shape[1]
         hidden = bi_wkv(self.spatial_decay / N, self.spatial_first,
                         self.key(xk), self.value(xv))
         out = torch.sigmoid(self.receptance(xr)) * self.key_norm(hidden)
-        return self.output(out), hidden
+        return self.output(out), state._replace(hidden=hidden)
 
 
 class ChannelMix(nn.Module):
@@ -74,41 +88,3 @@ class ChannelMix(nn.Module):
         k = torch.relu_(self.key(xk))
         k = self.key_norm(k * k)
         return torch.sigmoid(self.receptance(xr)) * self.value(k)
-
-
-class WKVLayer(nn.Module):
-    """Pre-norm residual layer: spatial mix, then channel mix ('L' in a schedule).
-
-    Returns ``(x, hidden)``; ``hidden`` is the WKV output of the spatial mix.
-    """
-
-    def __init__(self, dims, hidden_rate=4, key_norm=False, drop_path=0.,
-                 layer_scale_init_value=None, norm_cfg=dict(type='LN')):
-        super().__init__()
-        self.norm1 = build_norm_layer(norm_cfg, dims)[1]
-        self.attn = SpatialMix(dims, key_norm, norm_cfg)
-        self.ls1 = LayerScale(dims, layer_scale_init_value)
-        self.norm2 = build_norm_layer(norm_cfg, dims)[1]
-        self.ffn = ChannelMix(dims, hidden_rate, key_norm, norm_cfg)
-        self.ls2 = LayerScale(dims, layer_scale_init_value)
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-
-    def init_decay(self, depth_ratio):
-        """Spread decays over channels, slower decay deeper (RWKV's init idea).
-
-        ``spatial_decay`` goes from -5 to 3 across channels along a power curve whose
-        exponent grows with depth; ``spatial_first`` starts at log(0.3): a token
-        weighs itself 0.3 times its nearest neighbours (RWKV-4's initial bonus).
-        """
-        attn = self.attn
-        C = attn.spatial_decay.numel()
-        frac = torch.arange(C, dtype=torch.float32) / max(C - 1, 1)
-        with torch.no_grad():
-            attn.spatial_decay.copy_(-5 + 8 * frac**(0.7 + 1.3 * depth_ratio))
-            attn.spatial_first.fill_(float(torch.log(torch.tensor(0.3))))
-
-    def forward(self, x, hw_shape):
-        out, hidden = self.attn(self.norm1(x), hw_shape)
-        x = x + self.drop_path(self.ls1(out))
-        x = x + self.drop_path(self.ls2(self.ffn(self.norm2(x), hw_shape)))
-        return x, hidden

@@ -4,7 +4,8 @@ import torch.nn.functional as F
 
 from mmhybrid.ops import block_attention, effatt
 from mmhybrid.ops.elfatt import block_window, map_windows, window_block_attention
-from .image_attention import ImageAttention, from_heads, to_heads
+from ..mlp import map_to_tokens, tokens_to_map
+from .base import AttentionMixer, from_heads, to_heads
 
 BLOCK_LAYOUTS = ('2d', '1d')
 
@@ -40,7 +41,7 @@ def split_elfatt_heads(dims, num_heads, global_ratio):
     return tuple(parts)
 
 
-class ELFATTAttention(ImageAttention):
+class ELFATTAttention(AttentionMixer):
     r"""Efficient linear fast attention (Eq. 10-11).
 
     .. math::
@@ -63,12 +64,13 @@ class ELFATTAttention(ImageAttention):
             196 = 14x14 windows in the 2D layout (8 = 2x4).
         global_ratio (float): share of channels in the global head.
         block_layout (str): ``'2d'`` windows or ``'1d'`` raster runs.
-        **kwargs: see :class:`ImageAttention`.
+        lepe (bool): the LePE terms of Eq. 10-11.
+        **kwargs: see :class:`AttentionMixer`.
     """
 
     def __init__(self, dims, num_heads, block_size=49, global_ratio=0.5,
-                 block_layout='2d', **kwargs):
-        super().__init__(dims, num_heads, **kwargs)
+                 block_layout='2d', lepe=True, **kwargs):
+        super().__init__(dims, num_heads, lepe=lepe, **kwargs)
         if block_layout not in BLOCK_LAYOUTS:
             raise ValueError(f'block_layout must be one of {BLOCK_LAYOUTS}, '
                              f'got {block_layout!r}')
@@ -80,7 +82,7 @@ class ELFATTAttention(ImageAttention):
         self.global_channels = self.global_heads * global_dims
         self.window = block_window(block_size)  # (height, width) in the 2D layout
 
-    def attend(self, q, k, v, hw_shape):
+    def attend(self, q, k, v, hw_shape, state):
         c1 = self.global_channels
         outs = []
         if self.global_heads:
@@ -94,7 +96,7 @@ class ELFATTAttention(ImageAttention):
             else:
                 out = block_attention(*local, self.block_size, scale=self.scale)
             outs.append(from_heads(out))
-        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+        return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)), state
 
     def positional(self, v, hw_shape):
         """LePE: on the image for the global channels, inside each window for the
@@ -114,10 +116,9 @@ class ELFATTAttention(ImageAttention):
                             self.window).squeeze(1)
         if not c1:
             return local
-        B, N, _ = v.shape
-        image = v[..., :c1].transpose(1, 2).reshape(B, c1, *hw_shape)
-        image = F.conv2d(image, weight[:c1], bias[:c1], padding=1, groups=c1)
-        return torch.cat([image.flatten(2).transpose(1, 2), local], dim=-1)
+        image = F.conv2d(tokens_to_map(v[..., :c1], hw_shape), weight[:c1],
+                         bias[:c1], padding=1, groups=c1)
+        return torch.cat([map_to_tokens(image), local], dim=-1)
 
     def extra_repr(self):
         return (f'global_heads={self.global_heads}, local_heads={self.local_heads}, '

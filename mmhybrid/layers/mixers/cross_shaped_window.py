@@ -1,0 +1,56 @@
+"""CSWin's cross-shaped window attention, the 'local' attention of CSWin."""
+import torch
+import torch.nn.functional as F
+
+from mmhybrid.ops.windows import (window_attention, window_mask, window_partition,
+                                  window_reverse)
+from .base import AttentionMixer
+
+
+class CrossShapedWindowAttention(AttentionMixer):
+    """CSWin's cross-shaped window attention (Dong et al. 2022).
+
+    The first half of the channels and heads attends inside vertical stripes
+    (full height, ``split_size`` wide), the second half inside horizontal stripes
+    (``split_size`` high, full width). LePE is applied inside each stripe, as in
+    CSWin. Padding to a multiple of ``split_size`` is masked out.
+    """
+
+    def __init__(self, dims, num_heads, split_size=7, lepe=True, **kwargs):
+        super().__init__(dims, num_heads, lepe=lepe, **kwargs)
+        if num_heads % 2 or dims % 2:
+            raise ValueError('cross-shaped attention needs an even number of heads')
+        self.split_size = split_size
+
+    def _stripes(self, hw_shape):
+        H, W = hw_shape
+        s = self.split_size
+        return ((H, s), (s, W))  # (vertical, horizontal) stripe windows
+
+    def attend(self, q, k, v, hw_shape, state):
+        half = self.dims // 2
+        outs = []
+        for branch, window in enumerate(self._stripes(hw_shape)):
+            part = slice(branch * half, (branch + 1) * half)
+            padded = hw_shape[0] % window[0] or hw_shape[1] % window[1]
+            mask = window_mask(hw_shape, window, (0, 0), q.device) if padded else None
+            windows = [window_partition(t[..., part], hw_shape, window)
+                       for t in (q, k, v)]
+            out = window_attention(*windows, self.num_heads // 2, mask,
+                                   dropout_p=self.dropout_p, scale=self.scale)
+            outs.append(window_reverse(out, hw_shape, window))
+        return torch.cat(outs, dim=-1), state
+
+    def positional(self, v, hw_shape):
+        half = self.dims // 2
+        outs = []
+        for branch, window in enumerate(self._stripes(hw_shape)):
+            part = slice(branch * half, (branch + 1) * half)
+            w = window_partition(v[..., part], hw_shape, window)  # (B, nW, L, C/2)
+            B, nW, L, C = w.shape
+            w = w.reshape(B * nW, *window, C).permute(0, 3, 1, 2)
+            w = F.conv2d(w, self.lepe.weight[part], self.lepe.bias[part],
+                         padding=1, groups=C)
+            w = w.permute(0, 2, 3, 1).reshape(B, nW, L, C)
+            outs.append(window_reverse(w, hw_shape, window))
+        return torch.cat(outs, dim=-1)

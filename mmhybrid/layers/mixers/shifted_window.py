@@ -1,0 +1,47 @@
+"""Swin's shifted-window attention, the 'local' attention of SwinELFATT."""
+import torch
+import torch.nn as nn
+from mmengine.model.weight_init import trunc_normal_
+
+from mmhybrid.ops.windows import (window_attention, window_mask, window_partition,
+                                  window_reverse)
+from .base import AttentionMixer
+
+
+class ShiftedWindowAttention(AttentionMixer):
+    """Swin's (S)W-MSA (Liu et al. 2021): attention in ``window_size`` windows
+    with a relative position bias; odd blocks shift the windows by half a window.
+
+    Padding to a multiple of the window is masked out. When the whole map fits in
+    one window there is nothing to shift across and the shift is skipped (as the
+    official Swin does for its last stage at 224^2). No LePE by default.
+    """
+
+    def __init__(self, dims, num_heads, window_size=7, shift=False, lepe=False,
+                 **kwargs):
+        super().__init__(dims, num_heads, lepe=lepe, **kwargs)
+        self.window_size = window_size
+        self.shift_size = window_size // 2 if shift else 0
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * window_size - 1)**2, num_heads))
+        coords = torch.stack(torch.meshgrid(
+            torch.arange(window_size), torch.arange(window_size),
+            indexing='ij')).flatten(1)  # (2, L)
+        rel = (coords[:, :, None] - coords[:, None, :]) + window_size - 1
+        self.register_buffer('relative_position_index',
+                             rel[0] * (2 * window_size - 1) + rel[1], persistent=False)
+        trunc_normal_(self.relative_position_bias_table, std=.02)
+
+    def attend(self, q, k, v, hw_shape, state):
+        ws = self.window_size
+        window = (ws, ws)
+        fits = hw_shape[0] <= ws and hw_shape[1] <= ws
+        shift = (0, 0) if fits else (self.shift_size, self.shift_size)
+        L = ws * ws
+        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)]
+        bias = bias.view(L, L, -1).permute(2, 0, 1)  # (heads, L, L)
+        mask = window_mask(hw_shape, window, shift, q.device)
+        q, k, v = (window_partition(t, hw_shape, window, shift) for t in (q, k, v))
+        out = window_attention(q, k, v, self.num_heads, mask, bias.to(q.dtype),
+                               self.dropout_p, self.scale)
+        return window_reverse(out, hw_shape, window, shift), state

@@ -1,0 +1,33 @@
+"""Global softmax attention ('S' layers of SoLA-Vision, softmax layers of InfViT
+and HAViT, the vanilla / 'global' blocks of the ELFATT backbones)."""
+from mmhybrid.ops.attention import softmax_attention
+from ..historical_attention import build_history
+from .base import AttentionMixer, from_heads, to_heads
+
+
+class SoftmaxAttention(AttentionMixer):
+    """``softmax(QK^T / sqrt(d)) V`` over all tokens (FlashAttention where
+    :func:`~mmhybrid.ops.attention.softmax_attention` can use it).
+
+    With ``history`` (HAViT Eq. 5-7, see
+    :class:`~mmhybrid.layers.HistoricalAttention`) the logits are mixed with the
+    previous historical layer's, read from and written to ``state.history``.
+
+    Args:
+        history (dict, optional): :class:`HistoricalAttention` arguments.
+        **kwargs: see :class:`AttentionMixer`.
+    """
+
+    def __init__(self, dims, num_heads, history=None, **kwargs):
+        super().__init__(dims, num_heads, **kwargs)
+        self.historical = build_history(history, num_heads)
+
+    def attend(self, q, k, v, hw_shape, state):
+        q, k, v = (to_heads(t, self.num_heads) for t in (q, k, v))
+        if self.historical is None:
+            out = softmax_attention(q, k, v, dropout_p=self.dropout_p,
+                                    scale=self.scale)
+            return from_heads(out), state
+        out, history = self.historical(q, k, v, state.history, scale=self.scale,
+                                       dropout_p=self.dropout_p)
+        return from_heads(out), state._replace(history=history)

@@ -1,0 +1,95 @@
+"""The four-stage pyramid every hierarchical mmhybrid backbone runs.
+
+SoLAVision / InfiniteVLVision (a per-layer schedule of WKV, softmax, Gated
+DeltaNet and sliding-window blocks, with Hidden State Bridges) and SwinELFATT /
+CSWin (a per-stage attention plan) differ in their stem, merges and in which
+mixer each :class:`~mmhybrid.layers.Block` holds; they run the same way: stem,
+then per stage an optional merge and the blocks, a fresh
+:class:`~mmhybrid.layers.MixerState` per stage (HAViT's history restarts), the
+bridges, and a norm per output.
+"""
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+
+from mmhybrid.layers import MixerState
+from .base_backbone import BaseBackbone
+
+
+class PyramidBackbone(BaseBackbone):
+    """Forward, freezing and outputs of a stem + stages + merges pyramid.
+
+    A subclass builds ``patch_embed`` and its blocks and implements
+    :meth:`embed` (image -> tokens, hw), :meth:`stage_blocks` (the blocks of
+    stage ``i``), :meth:`merge` (the module that merges into stage ``i``, None for
+    stage 0) and :meth:`stage_modules` (what ``frozen_stages`` freezes with stage
+    ``i``); it calls :meth:`build_outputs` last. Hidden State Bridges (SoLA Eq. 10)
+    live in ``self.bridges``, keyed by their target ``"<stage>_<layer>"`` (1-based),
+    with their sources in ``self.bridge_sources``.
+    """
+
+    def __init__(self, num_stages, **kwargs):
+        super().__init__(num_stages, **kwargs)
+        self.num_stages = num_stages
+        self.bridges = nn.ModuleDict()
+        self.bridge_sources = {}
+
+    def embed(self, x):
+        raise NotImplementedError
+
+    def stage_blocks(self, index):
+        raise NotImplementedError
+
+    def merge(self, index):
+        raise NotImplementedError
+
+    def stage_modules(self, index):
+        raise NotImplementedError
+
+    def build_outputs(self, channels, norm_cfg):
+        """One norm per output stage (``norm{i}``), then freeze."""
+        for i in self.out_indices:
+            self.add_module(f'norm{i}', build_norm_layer(norm_cfg, channels[i])[1])
+        self._freeze_stages()
+
+    def _bridges_of(self, stage):
+        """Bridges whose target is in ``stage`` (1-based)."""
+        return [b for k, b in self.bridges.items() if int(k.split('_')[0]) == stage]
+
+    def stage_parts(self, index):
+        if index == 0:
+            return self.stem_parts()
+        parts = list(self.stage_modules(index - 1)) + self._bridges_of(index)
+        if index - 1 in self.out_indices:
+            parts.append(getattr(self, f'norm{index - 1}'))
+        return parts
+
+    def unused_parts(self):
+        last = self.out_indices[-1]
+        parts = []
+        for i in range(last + 1, self.num_stages):
+            parts += [self.stage_blocks(i), self.merge(i), *self._bridges_of(i + 1)]
+        return parts
+
+    def forward(self, x):
+        self.check_input(x)
+        x, hw = self.embed(x)
+        hidden = {}  # bridge source (stage, layer) -> (hidden state, hw)
+        sources = set(self.bridge_sources.values())
+        outs = []
+        for i in range(self.out_indices[-1] + 1):
+            if i > 0:
+                x, hw = self.merge(i)(x, hw)
+            state = MixerState()
+            for j, block in enumerate(self.stage_blocks(i)):
+                key = f'{i + 1}_{j + 1}'
+                if key in self.bridges:
+                    source, source_hw = hidden[self.bridge_sources[key]]
+                    x = self.run_layer(self.bridges[key], x, hw, source, source_hw)
+                x, state = self.run_layer(block, x, hw, state)
+                if (i + 1, j + 1) in sources:
+                    hidden[(i + 1, j + 1)] = (state.hidden, hw)
+            if i in self.out_indices:
+                out = getattr(self, f'norm{i}')(x)
+                outs.append(out.view(x.shape[0], *hw, -1).permute(0, 3, 1, 2)
+                            .contiguous())
+        return tuple(outs)

@@ -1,0 +1,97 @@
+"""Rectangular windows of a token grid, as Swin and CSWin attend inside them.
+
+The grid is zero-padded at the bottom/right to multiples of the window and may
+be rolled (Swin's cyclic shift); windows are numbered row-major, tokens inside a
+window row-major.
+"""
+import torch
+import torch.nn.functional as F
+
+from .attention import softmax_attention
+
+
+def padded_size(size, window):
+    """``size`` rounded up to a multiple of ``window``."""
+    return (size + window - 1) // window * window
+
+
+def window_partition(x, hw_shape, window, shift=(0, 0)):
+    """(B, H*W, C) -> (B, nW, wh*ww, C) windows of the padded, rolled grid."""
+    B, _, C = x.shape
+    (H, W), (wh, ww) = hw_shape, window
+    Hp, Wp = padded_size(H, wh), padded_size(W, ww)
+    x = F.pad(x.view(B, H, W, C), (0, 0, 0, Wp - W, 0, Hp - H))
+    if any(shift):
+        x = torch.roll(x, (-shift[0], -shift[1]), dims=(1, 2))
+    x = x.view(B, Hp // wh, wh, Wp // ww, ww, C).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(B, -1, wh * ww, C)
+
+
+def window_reverse(windows, hw_shape, window, shift=(0, 0)):
+    """Inverse of :func:`window_partition`: (B, nW, wh*ww, C) -> (B, H*W, C)."""
+    B, _, _, C = windows.shape
+    (H, W), (wh, ww) = hw_shape, window
+    Hp, Wp = padded_size(H, wh), padded_size(W, ww)
+    x = windows.view(B, Hp // wh, Wp // ww, wh, ww, C).permute(0, 1, 3, 2, 4, 5)
+    x = x.reshape(B, Hp, Wp, C)
+    if any(shift):
+        x = torch.roll(x, shift, dims=(1, 2))
+    return x[:, :H, :W].reshape(B, H * W, C)
+
+
+def window_mask(hw_shape, window, shift, device):
+    """(nW, L, L) bool: which keys a query of each window may attend to.
+
+    Keys in the bottom/right padding are excluded; with a shift, so are keys that
+    the cyclic roll brought from another image region (Swin's SW-MSA mask, built
+    in the rolled frame). Every token may attend to itself, so no row is empty.
+    """
+    (H, W), (wh, ww) = hw_shape, window
+    Hp, Wp = padded_size(H, wh), padded_size(W, ww)
+    rows = torch.arange(Hp, device=device)[:, None]
+    cols = torch.arange(Wp, device=device)[None, :]
+    valid = ((rows < H) & (cols < W)).float()
+    region = torch.zeros(Hp, Wp, device=device)
+    if any(shift):
+        valid = torch.roll(valid, (-shift[0], -shift[1]), dims=(0, 1))
+        # Swin's nine regions: 0 | 1 | 2 in each direction
+        row_region = (rows >= Hp - wh).long() + (rows >= Hp - shift[0]).long()
+        col_region = (cols >= Wp - ww).long() + (cols >= Wp - shift[1]).long()
+        region = (3 * row_region + col_region).float()
+
+    def windows(t):
+        return window_partition(t.view(1, -1, 1), (Hp, Wp), window)[0, ..., 0]
+
+    region, valid = windows(region), windows(valid) > 0  # (nW, L)
+    mask = (region[:, :, None] == region[:, None, :]) & valid[:, None, :]
+    index = torch.arange(wh * ww, device=device)
+    return mask | (index[:, None] == index[None, :])
+
+
+def window_attention(q, k, v, num_heads, mask=None, bias=None, dropout_p=0.,
+                     scale=None):
+    """Softmax attention inside windows.
+
+    Args:
+        q, k, v: (B, nW, L, C) windows of tokens.
+        mask: (nW, L, L) bool, or None (all keys allowed; with no ``bias``,
+            :func:`softmax_attention` may use FlashAttention).
+        bias: (heads, L, L) additive logit bias (Swin's relative position bias).
+    Returns:
+        (B, nW, L, C).
+    """
+    B, nW, L, C = q.shape
+
+    def heads(t):
+        return t.view(B, nW, L, num_heads, -1).transpose(2, 3)  # (B, nW, h, L, d)
+
+    if mask is None and bias is None:
+        out = softmax_attention(heads(q), heads(k), heads(v), dropout_p, scale)
+        return out.transpose(2, 3).reshape(B, nW, L, C)
+    attn_mask = mask[:, None]  # (nW, 1, L, L)
+    if bias is not None:  # (heads, L, L) -> (nW, heads, L, L)
+        attn_mask = torch.where(attn_mask, bias, float('-inf'))
+    out = F.scaled_dot_product_attention(heads(q), heads(k), heads(v),
+                                         attn_mask=attn_mask, dropout_p=dropout_p,
+                                         scale=scale)
+    return out.transpose(2, 3).reshape(B, nW, L, C)
