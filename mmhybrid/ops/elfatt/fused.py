@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ..token_tiling import TokenTiling
+from ..token_tiling import TokenTiling, next_power_of_2
 from ..triton_tiles import INTERPRETED, head_pointer, load_tile, store_tile
 
 @triton.jit
@@ -157,17 +157,35 @@ def _dot_dtype(dtype):
             torch.float32: tl.float32, torch.float64: tl.float64}[dtype]
 
 
+def launch_config(dtype, D, DV):
+    """(tile rows, warps, pipeline stages) of every kernel for this dtype and head dims.
+
+    fp16/bf16 products run on tensor cores; 128-row tiles with 8 warps and 2 stages
+    fit d, dv <= 64 without spills. fp32 (and fp64) products are exact FMA loops
+    (``input_precision='ieee'``) that keep both operand tiles in registers: tiles of
+    2048 elements (32 x 64, 64 x 32), 8 warps, no multi-stage buffering. Checked by
+    :mod:`mmhybrid.ops.compile_check` for sm_80 and sm_90 (no spills, shared memory
+    within the A100's per-block limit).
+    """
+    widest = max(next_power_of_2(D), next_power_of_2(DV), 16)
+    if dtype in (torch.float16, torch.bfloat16):
+        return max(16, min(128, 8192 // widest)), 8, 2
+    return max(16, min(128, 2048 // widest)), 8, 1
+
+
 class _FusedEFFATT(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, block_n, rows_per_program):
         B, H, N, D = q.shape
         DV = v.shape[-1]
-        cfg = TokenTiling(q, (D, DV), block_n, rows_per_program, min_block=16)
+        tile_rows, num_warps, num_stages = launch_config(q.dtype, D, DV)
+        cfg = TokenTiling(q, (D, DV), block_n or tile_rows, rows_per_program,
+                          min_block=16)
         BLOCK_D, BLOCK_DV = cfg.blocks
         launch = dict(ACC=tl.float64 if cfg.acc == torch.float64 else tl.float32,
                       DOT=_dot_dtype(q.dtype), BLOCK_N=cfg.block_n, BLOCK_D=BLOCK_D,
-                      BLOCK_DV=BLOCK_DV)
+                      BLOCK_DV=BLOCK_DV, num_warps=num_warps, num_stages=num_stages)
         part_m, part_l, part_c = cfg.partials(D), cfg.partials(D), cfg.partials(D, DV)
         _key_context_kernel[cfg.grid](
             k, v, part_m, part_l, part_c, N, D, DV, H, *k.stride(), *v.stride(),
