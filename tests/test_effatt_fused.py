@@ -122,6 +122,18 @@ def test_kernels_large_logits_are_stable():
                                rtol=1e-4, atol=1e-4)
 
 
+@needs_kernels
+def test_custom_ops_pass_opcheck():
+    """Schema, fake kernels and registered autograd of the custom ops agree with the
+    kernels (torch.library.opcheck), on head views (strided inputs)."""
+    from mmhybrid.ops.elfatt import fused
+    q, k, v = (torch.randn(1, 37, 2 * 6, device=KERNEL_DEVICE).view(1, 37, 2, 6)
+               .transpose(1, 2).requires_grad_() for _ in range(3))
+    torch.library.opcheck(fused.effatt_forward, (q, k, v),
+                          test_utils=('test_schema', 'test_faketensor',
+                                      'test_autograd_registration'))
+
+
 @driver
 def test_kernels_in_interpreter():
     assert run_in_interpreter(__file__) >= 8

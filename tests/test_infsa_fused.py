@@ -162,6 +162,19 @@ def test_kernels_match_torch_backend_and_all_negative_scores():
                for g in torch.autograd.grad(out.sum(), (q, k)))
 
 
+@needs_kernels
+@pytest.mark.parametrize('tied', [False, True])
+def test_custom_ops_pass_opcheck(tied):
+    """Schema, fake kernels and registered autograd of the custom ops agree with the
+    kernels (torch.library.opcheck), tied and untied."""
+    from mmhybrid.ops.infsa import fused
+    q, k, v = (torch.randn(1, 2, 37, 6, device=KERNEL_DEVICE, requires_grad=True)
+               for _ in range(3))
+    torch.library.opcheck(fused.linear_infsa_forward, (q, None if tied else k, v, 1e-6),
+                          test_utils=('test_schema', 'test_faketensor',
+                                      'test_autograd_registration'))
+
+
 @driver
 def test_kernels_in_interpreter():
     assert run_in_interpreter(__file__) >= 15

@@ -109,22 +109,22 @@ def cases(full=False):
 def op_launches(op, dtype, shape):
     """The kernel launches of ``op`` (forward and backward) on CPU tensors of
     ``shape`` and ``dtype``, as its wrapper configures them for CUDA tensors."""
-    torch.manual_seed(0)
     if op == 'bi_wkv':
         from .wkv import fused
-        B, T, C = shape
+        C = shape[-1]
         w, u = (torch.zeros(C, requires_grad=True) for _ in range(2))
         k, v = (torch.zeros(shape, dtype=dtype, requires_grad=True) for _ in range(2))
-        args = (w, u, k, v)
-        apply = fused._FusedBiWKV.apply
+        apply, args = fused.bi_wkv_forward, (w, u, k, v)
+    elif op == 'effatt':
+        from .elfatt import fused
+        apply = fused.effatt_forward
+        args = [torch.zeros(shape, dtype=dtype, requires_grad=True) for _ in range(3)]
     else:
-        module = 'elfatt' if op == 'effatt' else 'infsa'
-        fused = __import__(f'mmhybrid.ops.{module}.fused', fromlist=['fused'])
+        from .infsa import fused
         q, k, v = (torch.zeros(shape, dtype=dtype, requires_grad=True) for _ in range(3))
-        apply = fused._FusedEFFATT.apply if op == 'effatt' else fused._FusedLinearInfSA.apply
-        args = (q, k, v, None, None) if op == 'effatt' else (q, k, v, 1e-6, None, None)
+        apply, args = fused.linear_infsa_forward, (q, k, v, 1e-6)
     with recorded_launches() as launches:
-        out = apply(*args)
+        out = apply(*args)[0]
         out.backward(torch.zeros_like(out))
     return launches
 
@@ -182,9 +182,10 @@ def compile_launch(launch, target_name):
     target = GPUTarget('cuda', arch, 32)
     backend = make_backend(target)
     options, signature, constexprs, attrs = _specialise(launch, backend)
-    key = json.dumps([launch.kernel.cache_key, signature, repr(sorted(constexprs.items())),
-                      repr(sorted(attrs.items())), repr(sorted(options.__dict__.items())),
-                      arch, triton.__version__], default=str)
+    key = json.dumps([launch.kernel.cache_key, signature,
+                      repr(sorted(constexprs.items())), repr(sorted(attrs.items())),
+                      repr(sorted(options.__dict__.items())), arch, triton.__version__],
+                     default=str)
     path = os.path.join(_cache_dir(), hashlib.sha256(key.encode()).hexdigest() + '.json')
     if os.path.exists(path):
         with open(path) as f:
@@ -202,8 +203,9 @@ def compile_launch(launch, target_name):
                   shared=kernel.metadata.shared, shared_limit=smem_limit,
                   num_warps=kernel.metadata.num_warps,
                   num_stages=kernel.metadata.num_stages,
-                  constexprs={signature_name: str(value) for signature_name, value in zip(
-                      (list(signature)[i[0]] for i in constexprs), constexprs.values())},
+                  signature=','.join(v for v in signature.values() if v != 'constexpr'),
+                  constexprs={list(signature)[path[0]]: str(value)
+                              for path, value in constexprs.items()},
                   **_sass_counts(kernel.asm['cubin']))
     with open(path + '.tmp', 'w') as f:
         json.dump(result, f)
@@ -228,8 +230,8 @@ def check(full=False, targets=tuple(TARGETS)):
         for launch in op_launches(op, dtype, shape):
             for target in targets:
                 row = compile_launch(launch, target)
-                ident = (target, row['kernel'], json.dumps(row['constexprs'], sort_keys=True),
-                         row['num_warps'], row['num_stages'])
+                ident = (target, row['kernel'], row['signature'], row['num_warps'],
+                         row['num_stages'], json.dumps(row['constexprs'], sort_keys=True))
                 if ident in seen:
                     continue
                 seen.add(ident)
@@ -252,7 +254,7 @@ def main(argv=None):
     print(' '.join(f'{c:>12}' for c in COLUMNS))
     for row in rows:
         print(' '.join(f'{str(row[c])[:24]:>12}' for c in COLUMNS),
-              '; '.join(problems(row)))
+              '; '.join(problems(row)), flush=True)
     if args.csv:
         with open(args.csv, 'w', newline='') as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS + ('constexprs', ),
