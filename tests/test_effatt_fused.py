@@ -12,7 +12,7 @@ from _triton import KERNEL_DEVICE, driver, needs_kernels, run_in_interpreter
 from mmhybrid.ops.elfatt import effatt, naive_effatt
 from mmhybrid.ops.elfatt.effatt import effatt_backend
 
-ENV = 'MMHYBRID_EFFATT_BACKEND'
+ENV = 'MMHYBRID_BACKEND'
 # output rtol/atol and gradient relative-error bound vs float64, per dtype
 PRECISION = {torch.float64: (1e-10, 1e-9), torch.float32: (1e-4, 1e-4),
              torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2)}
@@ -73,8 +73,8 @@ def test_backend_choice_and_env(monkeypatch):
     q = torch.randn(1, 2, 5, 4)
     monkeypatch.delenv(ENV, raising=False)
     assert effatt_backend(q, q, q) == 'torch'
-    monkeypatch.setenv(ENV, 'bogus')
-    with pytest.raises(ValueError, match="unknown EFFATT backend 'bogus'"):
+    monkeypatch.setenv(ENV, 'effatt=bogus')
+    with pytest.raises(ValueError, match="unknown effatt backend 'bogus'"):
         effatt(q, q, q)
     monkeypatch.setenv(ENV, 'triton')
     assert effatt_backend(q, q, q, backend='torch') == 'torch'

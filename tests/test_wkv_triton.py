@@ -91,12 +91,12 @@ def test_outside_single_scale_is_nan_per_channel():
 
 def test_dispatch_picks_triton(monkeypatch):
     w, u, k, v = (x.to(DEVICE) for x in make_inputs(33, 5, 3.0, 1.0, torch.float32))
-    monkeypatch.setenv('MMHYBRID_WKV_BACKEND', 'triton')
+    monkeypatch.setenv('MMHYBRID_BACKEND', 'triton')
     forced = bi_wkv(w, u, k, v)
-    monkeypatch.setenv('MMHYBRID_WKV_BACKEND', 'torch')
+    monkeypatch.setenv('MMHYBRID_BACKEND', 'bi_wkv=torch')
     torch.testing.assert_close(forced, bi_wkv(w, u, k, v), rtol=1e-5, atol=1e-5)
     if DEVICE == 'cuda':
-        monkeypatch.delenv('MMHYBRID_WKV_BACKEND')
+        monkeypatch.delenv('MMHYBRID_BACKEND')
         torch.testing.assert_close(bi_wkv(w, u, k, v), forced, rtol=0, atol=0)
 
 
