@@ -165,17 +165,18 @@ def _dot_dtype(dtype):
 def launch_config(dtype, D, DV):
     """(tile rows, warps, pipeline stages) of every kernel for this dtype and head dims.
 
-    fp16/bf16 products run on tensor cores; 128-row tiles with 8 warps and 2 stages
-    fit d, dv <= 64 without spills. fp32 (and fp64) products are exact FMA loops
-    (``input_precision='ieee'``) that keep both operand tiles in registers: tiles of
-    2048 elements (32 x 64, 64 x 32), 8 warps, no multi-stage buffering. Checked by
-    :mod:`mmhybrid.ops.compile_check` for sm_80 and sm_90 (no spills, shared memory
-    within the A100's per-block limit).
+    fp16/bf16 products run on tensor cores: tiles of 4096 elements (128 x 32,
+    64 x 64), 8 warps, 2 stages. fp32 (and fp64) products are exact FMA loops
+    (``input_precision='ieee'``) that hold both operand tiles in registers: tiles of
+    1024 elements (32 x 32, 16 x 64), 8 warps, no multi-stage buffering. Larger
+    tiles spill registers on sm_80 or sm_90 (fp32 d = 64 at 128 x 64 and 3 stages
+    also needs 188 KB of shared memory, more than an A100 has). Checked by
+    :mod:`mmhybrid.ops.compile_check` (tests/test_kernel_compile.py).
     """
     widest = max(next_power_of_2(D), next_power_of_2(DV), 16)
     if dtype in (torch.float16, torch.bfloat16):
-        return max(16, min(128, 8192 // widest)), 8, 2
-    return max(16, min(128, 2048 // widest)), 8, 1
+        return max(16, min(128, 4096 // widest)), 8, 2
+    return max(16, min(128, 1024 // widest)), 8, 1
 
 
 def _tiling(q, v, block_n, rows_per_program):
