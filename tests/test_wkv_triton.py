@@ -33,6 +33,7 @@ TOLERANCE = {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 5e-2}
 def _small_carry_blocks(monkeypatch):
     # several blocks of tile sums in the carry scan even at T = 1000
     monkeypatch.setattr(fused, 'BLOCK_N', 4)
+    torch.manual_seed(0)  # inputs independent of which tests ran before
 
 
 def make_inputs(T, C, span, k_scale, dtype, B=1):
