@@ -38,6 +38,7 @@ import torch
 
 # per-block shared-memory limits (opt-in maximum, bytes)
 TARGETS = {'A100': (80, 166_912), 'H100': (90, 232_448)}
+_FORMAT = 2  # of the cached result files
 SASS_GROUPS = {
     'global': ('LDG', 'STG', 'RED', 'ATOMG'),
     'shared': ('LDS', 'STS', 'LDSM', 'ATOMS'),
@@ -184,7 +185,8 @@ def compile_launch(launch, target_name):
     options, signature, constexprs, attrs = _specialise(launch, backend)
     key = json.dumps([launch.kernel.cache_key, signature,
                       repr(sorted(constexprs.items())), repr(sorted(attrs.items())),
-                      repr(sorted(options.__dict__.items())), arch, triton.__version__],
+                      repr(sorted(options.__dict__.items())), arch, triton.__version__,
+                      _FORMAT],
                      default=str)
     path = os.path.join(_cache_dir(), hashlib.sha256(key.encode()).hexdigest() + '.json')
     if os.path.exists(path):
@@ -198,12 +200,17 @@ def compile_launch(launch, target_name):
             kernel = triton.compile(ASTSource(launch.kernel, signature, constexprs, attrs),
                                     target=target, options=options.__dict__)
     regs, spill_stores, spill_loads = _ptxas_numbers(log.getvalue())
+    # the arguments the code reads: PTX loads parameter i of the non-constexpr ones
+    params = [name for name, kind in signature.items() if kind != 'constexpr']
+    read = {int(i) for i in re.findall(rf'{kernel.metadata.name}_param_(\d+)\]',
+                                       kernel.asm['ptx'])}
     result = dict(kernel=launch.name, target=target_name, registers=regs,
                   spill_stores=spill_stores, spill_loads=spill_loads,
                   shared=kernel.metadata.shared, shared_limit=smem_limit,
                   num_warps=kernel.metadata.num_warps,
                   num_stages=kernel.metadata.num_stages,
                   signature=','.join(v for v in signature.values() if v != 'constexpr'),
+                  used_args=[name for i, name in enumerate(params) if i in read],
                   constexprs={list(signature)[path[0]]: str(value)
                               for path, value in constexprs.items()},
                   **_sass_counts(kernel.asm['cubin']))
