@@ -5,8 +5,6 @@ Natively on CUDA (marked ``cuda``), or on CPU tensors under ``TRITON_INTERPRET=1
 with that variable set, because ``@triton.jit`` reads it when it decorates, i.e. when
 ``mmhybrid.ops.wkv.fused`` is first imported, and cannot be switched afterwards.
 """
-import os
-
 import pytest
 import torch
 

@@ -240,7 +240,6 @@ def _backward_kernel(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, w_ptr, u_ptr, carry_pt
     ekv, ek = _sources(k_ptr, v_ptr, k_ptr, k_ptr, k_ptr, offs, mask, key_max, False)
     gd, gyd = _sources(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, offs, mask, key_max, True)
     v = tl.load(v_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     pos, ew = tl.exp(tl.where(mask, (rows.to(tl.float32) - centre) * w, 0.0)), tl.exp(w)
     to_left, to_right = ew / pos, ew * pos  # e^{-(t-1-c) w}, e^{(t+1-c) w}
     bonus = tl.exp(u)
