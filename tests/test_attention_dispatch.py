@@ -7,7 +7,7 @@ from mmhybrid.ops import agent_attention, block_attention
 from mmhybrid.ops.attention import (attention_backend, flash, flash_unusable_reason,
                                     softmax_attention)
 
-ENV = 'MMHYBRID_ATTN_BACKEND'
+ENV = 'MMHYBRID_BACKEND'
 
 
 def qkv(*shape, dtype=torch.float32, device='cpu'):
@@ -41,13 +41,17 @@ def test_dropout_is_passed_through():
 
 def test_env_var_and_backend_argument(monkeypatch):
     q, k, v = qkv(1, 2, 5, 8)
-    monkeypatch.setenv(ENV, 'sdpa')
+    monkeypatch.setenv(ENV, 'softmax_attention=sdpa')
+    assert attention_backend(q, k, v) == 'sdpa'
+    monkeypatch.setenv(ENV, 'torch')
     assert attention_backend(q, k, v) == 'sdpa'
     monkeypatch.setenv(ENV, 'auto')
     assert attention_backend(q, k, v) == 'sdpa'
-    monkeypatch.setenv(ENV, 'bogus')
-    with pytest.raises(ValueError, match="unknown attention backend 'bogus'"):
+    monkeypatch.setenv(ENV, 'softmax_attention=bogus')
+    with pytest.raises(ValueError, match="unknown softmax_attention backend 'bogus'"):
         softmax_attention(q, k, v)
+    monkeypatch.setenv(ENV, 'triton')  # a name attention lacks: automatic choice
+    assert attention_backend(q, k, v) == 'sdpa'
     monkeypatch.setenv(ENV, 'flash')
     assert attention_backend(q, k, v, backend='sdpa') == 'sdpa'  # argument wins
 
@@ -80,9 +84,9 @@ def test_every_exact_attention_goes_through_the_dispatch(monkeypatch):
             x, (4, 4)),
     }
     for name, call in calls.items():
-        monkeypatch.setenv(ENV, 'sdpa')
+        monkeypatch.setenv(ENV, 'softmax_attention=sdpa')
         call()
-        monkeypatch.setenv(ENV, 'flash')
+        monkeypatch.setenv(ENV, 'softmax_attention=flash')
         with pytest.raises(RuntimeError, match='cannot run'):
             call()
             pytest.fail(f'{name} did not use the attention dispatch')

@@ -144,22 +144,22 @@ def test_chunk_ignores_autocast():
 def test_dispatch_and_errors(monkeypatch):
     args = inputs(1, 20, 2, 4, 4, state=False)[:5]
     expected = chunk_gated_delta_rule(*args)[0]
-    monkeypatch.delenv('MMHYBRID_GDN_BACKEND', raising=False)
+    monkeypatch.delenv('MMHYBRID_BACKEND', raising=False)
     assert default_backend('cpu') == 'chunk'
     torch.testing.assert_close(gated_delta_rule(*args)[0], expected)
     torch.testing.assert_close(gated_delta_rule(*args, backend='naive')[0],
                                expected)
-    monkeypatch.setenv('MMHYBRID_GDN_BACKEND', 'torch')
+    monkeypatch.setenv('MMHYBRID_BACKEND', 'torch')
     assert default_backend('cuda') == 'torch'
     torch.testing.assert_close(gated_delta_rule(*args)[0], expected)
-    monkeypatch.setenv('MMHYBRID_GDN_BACKEND', 'fla')
+    monkeypatch.setenv('MMHYBRID_BACKEND', 'gated_delta_rule=fla')
     with pytest.raises((ImportError, ValueError), match='fla'):
         gated_delta_rule(*args)
-    monkeypatch.setenv('MMHYBRID_GDN_BACKEND', 'triton')
-    with pytest.raises(ValueError, match='MMHYBRID_GDN_BACKEND'):
+    monkeypatch.setenv('MMHYBRID_BACKEND', 'gated_delta_rule=triton')
+    with pytest.raises(ValueError, match='MMHYBRID_BACKEND'):
         gated_delta_rule(*args)
-    monkeypatch.delenv('MMHYBRID_GDN_BACKEND')
-    with pytest.raises(KeyError, match='unknown gated delta rule backend'):
+    monkeypatch.delenv('MMHYBRID_BACKEND')
+    with pytest.raises(KeyError, match='unknown gated_delta_rule backend'):
         gated_delta_rule(*args, backend='cuda')
     q, k, v, g, beta = args
     with pytest.raises(ValueError, match=r'\(B, T, H, K\)'):

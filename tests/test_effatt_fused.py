@@ -12,7 +12,7 @@ from _triton import KERNEL_DEVICE, driver, needs_kernels, run_in_interpreter
 from mmhybrid.ops.elfatt import effatt, naive_effatt
 from mmhybrid.ops.elfatt.effatt import effatt_backend
 
-ENV = 'MMHYBRID_EFFATT_BACKEND'
+ENV = 'MMHYBRID_BACKEND'
 # output rtol/atol and gradient relative-error bound vs float64, per dtype
 PRECISION = {torch.float64: (1e-10, 1e-9), torch.float32: (1e-4, 1e-4),
              torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2)}
@@ -73,8 +73,8 @@ def test_backend_choice_and_env(monkeypatch):
     q = torch.randn(1, 2, 5, 4)
     monkeypatch.delenv(ENV, raising=False)
     assert effatt_backend(q, q, q) == 'torch'
-    monkeypatch.setenv(ENV, 'bogus')
-    with pytest.raises(ValueError, match="unknown EFFATT backend 'bogus'"):
+    monkeypatch.setenv(ENV, 'effatt=bogus')
+    with pytest.raises(ValueError, match="unknown effatt backend 'bogus'"):
         effatt(q, q, q)
     monkeypatch.setenv(ENV, 'triton')
     assert effatt_backend(q, q, q, backend='torch') == 'torch'
@@ -120,6 +120,18 @@ def test_kernels_large_logits_are_stable():
     out = effatt(q.float(), k.float(), v.float(), backend='triton')
     torch.testing.assert_close(out.double(), naive_effatt(q, k, v).to(out.device),
                                rtol=1e-4, atol=1e-4)
+
+
+@needs_kernels
+def test_custom_ops_pass_opcheck():
+    """Schema, fake kernels and registered autograd of the custom ops agree with the
+    kernels (torch.library.opcheck), on head views (strided inputs)."""
+    from mmhybrid.ops.elfatt import fused
+    q, k, v = (torch.randn(1, 37, 2 * 6, device=KERNEL_DEVICE).view(1, 37, 2, 6)
+               .transpose(1, 2).requires_grad_() for _ in range(3))
+    torch.library.opcheck(fused.effatt_forward, (q, k, v),
+                          test_utils=('test_schema', 'test_faketensor',
+                                      'test_autograd_registration'))
 
 
 @driver

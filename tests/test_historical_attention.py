@@ -180,5 +180,5 @@ def test_errors():
         historical_attention(q, k, v, alpha=1.5)
     with pytest.raises(ValueError, match='B, heads, N, d'):
         historical_attention(q[0], k[0], v[0])
-    with pytest.raises(KeyError, match='unknown historical attention backend'):
+    with pytest.raises(KeyError, match='unknown historical_attention backend'):
         historical_attention(q, k, v, backend='flash')

@@ -14,7 +14,7 @@ from _triton import KERNEL_DEVICE, driver, needs_kernels, run_in_interpreter
 from mmhybrid.ops.infsa import (linear_infsa, linear_infsa_backend,
                                 linear_infsa_context, naive_linear_infsa)
 
-ENV = 'MMHYBRID_INFSA_BACKEND'
+ENV = 'MMHYBRID_BACKEND'
 # (dtype, rtol/atol of the output, relative error bound of the gradients) vs float64
 PRECISION = {torch.float64: (1e-10, 1e-9), torch.float32: (1e-4, 1e-4),
              torch.float16: (5e-3, 1e-2), torch.bfloat16: (3e-2, 5e-2)}
@@ -103,8 +103,8 @@ def test_backend_choice_and_env(monkeypatch):
     assert linear_infsa_backend(q, k, v) == 'torch'
     monkeypatch.setenv(ENV, 'torch')
     assert linear_infsa_backend(q, k, v) == 'torch'
-    monkeypatch.setenv(ENV, 'bogus')
-    with pytest.raises(ValueError, match="unknown Linear InfSA backend 'bogus'"):
+    monkeypatch.setenv(ENV, 'linear_infsa=bogus')
+    with pytest.raises(ValueError, match="unknown linear_infsa backend 'bogus'"):
         linear_infsa(q, k, v)
     monkeypatch.setenv(ENV, 'triton')
     assert linear_infsa_backend(q, k, v, backend='torch') == 'torch'
@@ -160,6 +160,19 @@ def test_kernels_match_torch_backend_and_all_negative_scores():
     assert out.abs().max() == 0
     assert all(torch.isfinite(g).all()
                for g in torch.autograd.grad(out.sum(), (q, k)))
+
+
+@needs_kernels
+@pytest.mark.parametrize('tied', [False, True])
+def test_custom_ops_pass_opcheck(tied):
+    """Schema, fake kernels and registered autograd of the custom ops agree with the
+    kernels (torch.library.opcheck), tied and untied."""
+    from mmhybrid.ops.infsa import fused
+    q, k, v = (torch.randn(1, 2, 37, 6, device=KERNEL_DEVICE, requires_grad=True)
+               for _ in range(3))
+    torch.library.opcheck(fused.linear_infsa_forward, (q, None if tied else k, v, 1e-6),
+                          test_utils=('test_schema', 'test_faketensor',
+                                      'test_autograd_registration'))
 
 
 @driver

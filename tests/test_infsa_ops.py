@@ -104,7 +104,7 @@ def test_neumann_series_through_stacked_layers():
 
 def test_pure_dispatch_errors():
     q, k, v = qkv(1, 1, 4, 2)
-    with pytest.raises(KeyError, match='unknown pure InfSA backend'):
+    with pytest.raises(KeyError, match='unknown pure_infsa backend'):
         pure_infsa(q, k, v, backend='nope')
     with pytest.raises(ValueError, match='B, heads, N, d'):
         pure_infsa(q[0], k[0], v[0])

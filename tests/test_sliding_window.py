@@ -79,5 +79,5 @@ def test_errors():
         sliding_window_attention(q, k, v, (4, 5), 3)
     with pytest.raises(ValueError, match='positive'):
         sliding_window_attention(q, k, v, (4, 4), 0)
-    with pytest.raises(KeyError, match='unknown sliding window backend'):
+    with pytest.raises(KeyError, match='unknown sliding_window_attention backend'):
         sliding_window_attention(q, k, v, (4, 4), 3, backend='natten')

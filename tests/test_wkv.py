@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from mmhybrid.ops import bi_wkv
-from mmhybrid.ops.wkv import (available_wkv_backends, chunk_bi_wkv, fused_bi_wkv,
-                              naive_bi_wkv)
+from mmhybrid.ops import use_backend
+from mmhybrid.ops.wkv import BACKENDS, chunk_bi_wkv, naive_bi_wkv
 from mmhybrid.ops.wkv.chunk import _wide_range_bi_wkv
 
 
@@ -146,17 +146,20 @@ def test_backward_keeps_few_tensors():
     assert saved <= 4 * unit, f'{saved / unit:.2f} x the (B, T, C) tensor saved'
 
 
-def test_backends_and_env_var(monkeypatch):
+def test_backends_env_var_and_context(monkeypatch):
     w, u, k, v = make_inputs(40, 5, w_scale=0.01)
-    assert {'chunk', 'torch', 'naive'} <= set(available_wkv_backends())
+    assert {'chunk', 'torch', 'naive', 'triton'} == set(BACKENDS)
     ref = naive_bi_wkv(w, u, k, v)
     torch.testing.assert_close(bi_wkv(w, u, k, v, backend='torch'), ref)
-    monkeypatch.setenv('MMHYBRID_WKV_BACKEND', 'naive')
+    monkeypatch.setenv('MMHYBRID_BACKEND', 'bi_wkv=naive')
     assert torch.equal(bi_wkv(w, u, k, v), ref)
-    monkeypatch.setenv('MMHYBRID_WKV_BACKEND', 'nope')
+    with use_backend(bi_wkv='torch'):  # the context manager wins over the variable
+        assert not torch.equal(bi_wkv(w, u, k, v), ref)
+    monkeypatch.setenv('MMHYBRID_BACKEND', 'bi_wkv=nope')
     with pytest.raises(KeyError, match='nope'):
         bi_wkv(w, u, k, v)
-    if fused_bi_wkv is not None and not _triton_interpreted():
+    monkeypatch.delenv('MMHYBRID_BACKEND')
+    if importlib.util.find_spec('triton') and not _triton_interpreted():
         with pytest.raises(RuntimeError, match='CUDA'):
             bi_wkv(w, u, k, v, backend='triton')
 

@@ -5,8 +5,8 @@ Each attention is the full layer a backbone block uses (qkv, attention, LePE,
 proj; :mod:`mmhybrid.layers`), at the stage-1 width of CSWin-T (64 channels,
 2 heads, stripes of 1) or Swin-T (96 channels, 3 heads, 7x7 windows). GLOBAL is
 :func:`mmhybrid.ops.attention.softmax_attention` (flash-attn or SDPA on GPU,
-``MMHYBRID_ATTN_BACKEND`` forces one); ELFATT's local head uses the same kernel on
-its blocks.
+``MMHYBRID_BACKEND=softmax_attention=sdpa|flash`` forces one); ELFATT's local head
+uses the same kernel on its blocks.
 
 Stage-1 maps are the input / 4: 224^2 -> 56x56 = 3136 tokens, ..., 512x2048 ->
 128x512 = 65536 tokens. On CPU the script runs in reduced mode (float32, the two

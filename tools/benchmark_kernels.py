@@ -31,6 +31,7 @@ default CPU range is 1k..64k tokens, ``sdpa`` and ``naive`` stop at
 """
 import argparse
 import contextlib
+import importlib.util
 import inspect
 import math
 import os
@@ -41,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from mmhybrid.ops import block_attention, effatt, linear_infsa
-from mmhybrid.ops.wkv import available_wkv_backends, bi_wkv
+from mmhybrid.ops.wkv import BACKENDS as WKV_BACKENDS, bi_wkv
 from mmhybrid.utils.results import write_csv
 
 
@@ -137,8 +138,10 @@ class Case:
 
 
 def wkv_backend_available(name, device):
-    if name not in available_wkv_backends():
-        return 'not registered (triton not installed?)'
+    if name not in WKV_BACKENDS:
+        return 'no such backend'
+    if name == 'triton' and importlib.util.find_spec('triton') is None:
+        return 'triton not installed'
     if name == 'triton' and device != 'cuda':
         from mmhybrid.ops.wkv import fused
         if not fused.INTERPRETED:

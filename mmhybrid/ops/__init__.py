@@ -1,17 +1,20 @@
-"""Functional ops (no parameters). Each op has a naive reference for tests."""
+"""Functional ops (no parameters). Each op has a naive reference for tests; ops
+with several backends pick one by the rule of :mod:`.dispatch` (``backend=``,
+:func:`use_backend`, ``$MMHYBRID_BACKEND``, automatic)."""
 from .agent import agent_attention
 from .attention import softmax_attention
 from .delta_rule import gated_delta_rule
+from .dispatch import use_backend
 from .elfatt import block_attention, effatt, window_block_attention
 from .historical_attention import historical_attention
 from .infsa import linear_infsa, pure_infsa
 from .sliding_window import sliding_window_attention
 from .tome import bipartite_soft_matching, merge_tokens, unmerge_tokens
 from .token_shift import quad_token_shift
-from .wkv import bi_wkv, register_wkv_backend
+from .wkv import bi_wkv
 
 __all__ = [
-    'bi_wkv', 'register_wkv_backend', 'quad_token_shift', 'softmax_attention',
+    'use_backend', 'bi_wkv', 'quad_token_shift', 'softmax_attention',
     'block_attention', 'window_block_attention',
     'effatt', 'agent_attention', 'bipartite_soft_matching', 'merge_tokens',
     'unmerge_tokens', 'pure_infsa', 'linear_infsa', 'gated_delta_rule',

@@ -5,8 +5,9 @@ the global 'G' attention, SoLA's and InfViT's 'S' layers, unpadded CSWin stripes
 ELFATT-SD's agent attention) calls :func:`softmax_attention`. It runs
 ``flash_attn.flash_attn_func`` (:mod:`.flash`) when flash-attn is installed and the
 tensors allow it (CUDA, fp16/bf16, Ampere+, head size a multiple of 8 up to 256),
-else ``torch.nn.functional.scaled_dot_product_attention`` (which picks its own
-fused kernel). ``MMHYBRID_ATTN_BACKEND=sdpa|flash`` forces one; forcing ``flash``
+else ``torch.nn.functional.scaled_dot_product_attention`` (``'torch'``, alias
+``'sdpa'``, which picks its own fused kernel). The choice follows
+:mod:`mmhybrid.ops.dispatch` (op key ``softmax_attention``); forcing ``flash``
 where it cannot run raises instead of falling back silently.
 """
 import torch.nn.functional as F
@@ -14,24 +15,24 @@ import torch.nn.functional as F
 from ..dispatch import choose_backend
 from .flash import flash_attention, flash_unusable_reason
 
-ENV_VAR = 'MMHYBRID_ATTN_BACKEND'
-BACKENDS = ('sdpa', 'flash')
+BACKENDS = ('torch', 'sdpa', 'flash')
 
 
 def attention_backend(q, k, v, backend=None):
     """The backend :func:`softmax_attention` uses for these tensors.
 
-    ``backend`` (or else ``$MMHYBRID_ATTN_BACKEND``) forces ``'sdpa'`` or
-    ``'flash'``; None, empty or ``'auto'`` choose flash wherever it can run.
+    ``'torch'`` (alias ``'sdpa'``) or ``'flash'``, by :mod:`mmhybrid.ops.dispatch`'s
+    rule; automatic: flash wherever it can run. Returns ``'sdpa'`` or ``'flash'``.
     """
-    name = choose_backend('attention', BACKENDS, lambda: 'sdpa' if flash_unusable_reason(
-        q, k, v) else 'flash', backend, ENV_VAR)
+    name = choose_backend('softmax_attention', BACKENDS, lambda: 'sdpa' if
+                          flash_unusable_reason(q, k, v) else 'flash', backend)
     if name == 'flash':
         reason = flash_unusable_reason(q, k, v)
         if reason is not None:
-            raise RuntimeError(f'attention backend "flash" was requested (backend= '
-                               f'or {ENV_VAR}) but cannot run: {reason}')
-    return name
+            raise RuntimeError(f'attention backend "flash" was requested (backend=, '
+                               f'use_backend or MMHYBRID_BACKEND) but cannot run: '
+                               f'{reason}')
+    return 'sdpa' if name == 'torch' else name
 
 
 def softmax_attention(q, k, v, dropout_p=0., scale=None, backend=None):
@@ -39,8 +40,8 @@ def softmax_attention(q, k, v, dropout_p=0., scale=None, backend=None):
 
     Same arguments and result as ``F.scaled_dot_product_attention(q, k, v,
     dropout_p=dropout_p, scale=scale)``; ``scale`` defaults to ``d ** -0.5``.
-    ``backend``: ``'sdpa'``, ``'flash'`` or None (``$MMHYBRID_ATTN_BACKEND``, else
-    automatic; see :func:`attention_backend`).
+    ``backend``: ``'torch'``/``'sdpa'``, ``'flash'`` or None (see
+    :func:`attention_backend`).
     """
     if attention_backend(q, k, v, backend) == 'flash':
         return flash_attention(q, k, v, dropout_p=dropout_p, scale=scale)

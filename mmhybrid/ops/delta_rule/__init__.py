@@ -1,18 +1,16 @@
 r"""The gated delta rule of Gated DeltaNet (Yang et al. 2025; InfiniteVL Eq. 2).
 
 ``gated_delta_rule`` dispatches to a backend: ``naive`` (per-token recurrence, the
-reference), ``chunk`` (alias ``torch``: the chunked WY/UT form in plain PyTorch,
+reference), ``torch`` (alias ``chunk``: the chunked WY/UT form in plain PyTorch,
 the default on CPU) and ``fla`` (flash-linear-attention's Triton
-``chunk_gated_delta_rule``, the default on CUDA when ``fla`` imports).
-``MMHYBRID_GDN_BACKEND=torch|fla`` overrides the default for every call.
+``chunk_gated_delta_rule``, the default on CUDA when ``fla`` imports), by the rule
+of :mod:`mmhybrid.ops.dispatch`.
 """
 import functools
 
 from ..dispatch import choose_backend
 from .chunk import chunk_gated_delta_rule
 from .naive import l2norm, naive_gated_delta_rule
-
-ENV_BACKEND = 'MMHYBRID_GDN_BACKEND'
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,11 +39,11 @@ _BACKENDS = {'naive': naive_gated_delta_rule, 'chunk': chunk_gated_delta_rule,
 
 
 def default_backend(device_type, backend=None):
-    """``backend``, else ``$MMHYBRID_GDN_BACKEND``, else fla on CUDA when it
-    imports, else chunk (see :mod:`mmhybrid.ops.dispatch`)."""
+    """The backend :func:`gated_delta_rule` runs (:mod:`mmhybrid.ops.dispatch`);
+    automatic: fla on CUDA when it imports, else chunk."""
     return choose_backend(
-        'gated delta rule', _BACKENDS, lambda: 'fla' if device_type == 'cuda' and
-        fla_gated_delta_rule() is not None else 'chunk', backend, ENV_BACKEND)
+        'gated_delta_rule', _BACKENDS, lambda: 'fla' if device_type == 'cuda' and
+        fla_gated_delta_rule() is not None else 'chunk', backend)
 
 
 def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,

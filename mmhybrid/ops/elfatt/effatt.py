@@ -1,8 +1,8 @@
 """The global linear head of ELFATT: efficient attention (EFFATT, Shen et al. 2021).
 
 :func:`effatt` dispatches to :func:`torch_effatt` or the Triton kernels of
-:mod:`.fused` (the default for CUDA tensors when Triton imports);
-``MMHYBRID_EFFATT_BACKEND=torch|triton`` forces one.
+:mod:`.fused` (the automatic choice for CUDA tensors when Triton imports) by the
+rule of :mod:`mmhybrid.ops.dispatch`.
 """
 import importlib
 
@@ -11,7 +11,6 @@ import torch
 from ..dispatch import choose_backend, triton_if_usable
 from ..head_matmul import head_matmul
 
-ENV_VAR = 'MMHYBRID_EFFATT_BACKEND'
 BACKENDS = ('torch', 'triton')
 
 
@@ -21,10 +20,10 @@ def _fused():
 
 
 def effatt_backend(q, k, v, backend=None):
-    """``backend``, else ``$MMHYBRID_EFFATT_BACKEND``, else ``'triton'`` for CUDA
-    tensors when Triton imports and ``'torch'`` otherwise."""
-    return choose_backend('EFFATT', BACKENDS, lambda: triton_if_usable(_fused, q, k, v),
-                          backend, ENV_VAR)
+    """The backend :func:`effatt` runs (:mod:`mmhybrid.ops.dispatch`); automatic:
+    ``'triton'`` for CUDA tensors when Triton imports, else ``'torch'``."""
+    return choose_backend('effatt', BACKENDS, lambda: triton_if_usable(_fused, q, k, v),
+                          backend)
 
 
 def effatt(q, k, v, backend=None):

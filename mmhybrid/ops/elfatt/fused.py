@@ -19,14 +19,19 @@ Every input is read once per pass, every output and gradient written once; only
 accumulators are float32 (float64 for float64 inputs); the three products use
 ``tl.dot`` on operands in the input dtype (tensor cores for fp16/bf16; fp32 at
 full ``ieee`` precision, not TF32). ``TRITON_INTERPRET=1`` set before Triton is imported
-runs the kernels on CPU tensors (tests).
+runs the kernels on CPU tensors (tests). Tile sizes, warps and stages per dtype and
+head dim: :func:`launch_config`. The forward and backward are ``torch.library``
+custom ops (``mmhybrid::effatt_forward`` / ``effatt_backward``) with fake kernels
+and a registered autograd formula, so ``torch.compile`` and ``torch.export`` see
+through them.
 """
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 
-from ..token_tiling import TokenTiling
+from ..token_tiling import TokenTiling, next_power_of_2
 from ..triton_tiles import INTERPRETED, head_pointer, load_tile, store_tile
 
 @triton.jit
@@ -157,54 +162,116 @@ def _dot_dtype(dtype):
             torch.float32: tl.float32, torch.float64: tl.float64}[dtype]
 
 
-class _FusedEFFATT(torch.autograd.Function):
+def launch_config(dtype, D, DV):
+    """(tile rows, warps, pipeline stages) of every kernel for this dtype and head dims.
 
-    @staticmethod
-    def forward(ctx, q, k, v, block_n, rows_per_program):
-        B, H, N, D = q.shape
-        DV = v.shape[-1]
-        cfg = TokenTiling(q, (D, DV), block_n, rows_per_program, min_block=16)
-        BLOCK_D, BLOCK_DV = cfg.blocks
-        launch = dict(ACC=tl.float64 if cfg.acc == torch.float64 else tl.float32,
-                      DOT=_dot_dtype(q.dtype), BLOCK_N=cfg.block_n, BLOCK_D=BLOCK_D,
-                      BLOCK_DV=BLOCK_DV)
-        part_m, part_l, part_c = cfg.partials(D), cfg.partials(D), cfg.partials(D, DV)
-        _key_context_kernel[cfg.grid](
-            k, v, part_m, part_l, part_c, N, D, DV, H, *k.stride(), *v.stride(),
-            cfg.rows_per_program, **launch)
-        col_max = part_m.amax(1)
-        rescale = torch.exp(part_m - col_max[:, None])
-        col_sum = (part_l * rescale).sum(1)
-        context = ((part_c * rescale[..., None]).sum(1) / col_sum[..., None])
-        context = context.contiguous()
-        out = v.new_empty(B, H, N, DV)
-        _query_output_kernel[cfg.grid](
-            q, context, out, N, D, DV, H, *q.stride(), *out.stride(),
-            cfg.rows_per_program, **launch)
-        ctx.save_for_backward(q, k, v, col_max, col_sum, context)
-        ctx.cfg, ctx.launch = cfg, launch
-        return out
+    fp16/bf16 products run on tensor cores: tiles of 4096 elements (128 x 32,
+    64 x 64), 8 warps, 2 stages. fp32 (and fp64) products are exact FMA loops
+    (``input_precision='ieee'``) that hold both operand tiles in registers: tiles of
+    1024 elements (32 x 32, 16 x 64), 8 warps, no multi-stage buffering. Larger
+    tiles spill registers on sm_80 or sm_90 (fp32 d = 64 at 128 x 64 and 3 stages
+    also needs 188 KB of shared memory, more than an A100 has). Checked by
+    :mod:`mmhybrid.ops.compile_check` (tests/test_kernel_compile.py).
+    """
+    widest = max(next_power_of_2(D), next_power_of_2(DV), 16)
+    if dtype in (torch.float16, torch.bfloat16):
+        return max(16, min(128, 4096 // widest)), 8, 2
+    return max(16, min(128, 1024 // widest)), 8, 1
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out):
-        q, k, v, col_max, col_sum, context = ctx.saved_tensors
-        cfg, launch = ctx.cfg, ctx.launch
-        B, H, N, D = q.shape
-        DV = v.shape[-1]
-        grad_out = grad_out.to(v.dtype)
-        grad_q, grad_k, grad_v = (torch.empty_like(t) for t in (q, k, v))
-        part_dc = cfg.partials(D, DV)
-        _query_grad_kernel[cfg.grid](
-            q, grad_out, context, grad_q, part_dc, N, D, DV, H, *q.stride(),
-            *grad_out.stride(), *grad_q.stride(), cfg.rows_per_program, **launch)
-        grad_context = part_dc.sum(1).contiguous()
-        g = (context * grad_context).sum(-1).contiguous()
-        _key_value_grad_kernel[cfg.grid](
-            k, v, col_max, col_sum, grad_context, g, grad_k, grad_v, N, D, DV, H,
-            *k.stride(), *v.stride(), *grad_k.stride(), *grad_v.stride(),
-            cfg.rows_per_program, **launch)
-        return grad_q, grad_k, grad_v, None, None
+
+def _tiling(q, v, block_n, rows_per_program):
+    """The token tiling and the launch arguments shared by the four kernels."""
+    D, DV = q.shape[-1], v.shape[-1]
+    tile_rows, num_warps, num_stages = launch_config(q.dtype, D, DV)
+    cfg = TokenTiling(q, (D, DV), block_n or tile_rows, rows_per_program, min_block=16)
+    BLOCK_D, BLOCK_DV = cfg.blocks
+    launch = dict(ACC=tl.float64 if cfg.acc == torch.float64 else tl.float32,
+                  DOT=_dot_dtype(q.dtype), BLOCK_N=cfg.block_n, BLOCK_D=BLOCK_D,
+                  BLOCK_DV=BLOCK_DV, num_warps=num_warps, num_stages=num_stages)
+    return cfg, launch
+
+
+def _acc_dtype(x):
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+@torch.library.custom_op('mmhybrid::effatt_forward', mutates_args=())
+def effatt_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   block_n: Optional[int] = None, rows_per_program: Optional[int] = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton forward: output, column max and sum of K (B * heads, d) and the context
+    ``C`` (B * heads, d, dv), the last three kept for backward."""
+    B, H, N, D = q.shape
+    DV = v.shape[-1]
+    cfg, launch = _tiling(q, v, block_n, rows_per_program)
+    part_m, part_l, part_c = cfg.partials(D), cfg.partials(D), cfg.partials(D, DV)
+    _key_context_kernel[cfg.grid](
+        k, v, part_m, part_l, part_c, N, D, DV, H, *k.stride(), *v.stride(),
+        cfg.rows_per_program, **launch)
+    col_max = part_m.amax(1)
+    rescale = torch.exp(part_m - col_max[:, None])
+    col_sum = (part_l * rescale).sum(1)
+    context = ((part_c * rescale[..., None]).sum(1) / col_sum[..., None])
+    context = context.contiguous()
+    out = v.new_empty(B, H, N, DV)
+    _query_output_kernel[cfg.grid](
+        q, context, out, N, D, DV, H, *q.stride(), *out.stride(),
+        cfg.rows_per_program, **launch)
+    return out, col_max, col_sum, context
+
+
+@effatt_forward.register_fake
+def _(q, k, v, block_n=None, rows_per_program=None):
+    B, H, N, D = q.shape
+    DV = v.shape[-1]
+    acc = _acc_dtype(q)
+    return (v.new_empty(B, H, N, DV), q.new_empty(B * H, D, dtype=acc),
+            q.new_empty(B * H, D, dtype=acc), q.new_empty(B * H, D, DV, dtype=acc))
+
+
+@torch.library.custom_op('mmhybrid::effatt_backward', mutates_args=())
+def effatt_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    grad_out: torch.Tensor, col_max: torch.Tensor, col_sum: torch.Tensor,
+                    context: torch.Tensor, block_n: Optional[int] = None,
+                    rows_per_program: Optional[int] = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton backward: (dq, dk, dv)."""
+    B, H, N, D = q.shape
+    DV = v.shape[-1]
+    cfg, launch = _tiling(q, v, block_n, rows_per_program)
+    grad_out = grad_out.to(v.dtype)
+    grad_q, grad_k, grad_v = (torch.empty_like(t) for t in (q, k, v))
+    part_dc = cfg.partials(D, DV)
+    _query_grad_kernel[cfg.grid](
+        q, grad_out, context, grad_q, part_dc, N, D, DV, H, *q.stride(),
+        *grad_out.stride(), *grad_q.stride(), cfg.rows_per_program, **launch)
+    grad_context = part_dc.sum(1).contiguous()
+    g = (context * grad_context).sum(-1).contiguous()
+    _key_value_grad_kernel[cfg.grid](
+        k, v, col_max, col_sum, grad_context, g, grad_k, grad_v, N, D, DV, H,
+        *k.stride(), *v.stride(), *grad_k.stride(), *grad_v.stride(),
+        cfg.rows_per_program, **launch)
+    return grad_q, grad_k, grad_v
+
+
+@effatt_backward.register_fake
+def _(q, k, v, grad_out, col_max, col_sum, context, block_n=None,
+      rows_per_program=None):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, ctx.block_n, ctx.rows_per_program = inputs
+    ctx.save_for_backward(q, k, v, *output[1:])
+
+
+def _backward(ctx, grad_out, *unused):
+    grads = effatt_backward(*ctx.saved_tensors[:3], grad_out, *ctx.saved_tensors[3:],
+                            ctx.block_n, ctx.rows_per_program)
+    return *grads, None, None
+
+
+effatt_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 def triton_unusable_reason(q, k, v):
@@ -231,4 +298,4 @@ def triton_effatt(q, k, v, block_n=None, rows_per_program=None):
     reason = triton_unusable_reason(q, k, v)
     if reason is not None:
         raise RuntimeError(f'EFFATT triton backend: {reason}')
-    return _FusedEFFATT.apply(q, k, v, block_n, rows_per_program)
+    return effatt_forward(q, k, v, block_n, rows_per_program)[0]

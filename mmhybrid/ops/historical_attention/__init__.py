@@ -4,18 +4,16 @@
 logits ``H`` of the previous one (Eq. 5), applies softmax attention to the mix
 (Eq. 7) and hands the mix on as the next history (Eq. 6). It needs the explicit
 N x N logits, so FlashAttention / ``F.scaled_dot_product_attention`` cannot run
-it. ``chunk`` (default) works in query blocks with a block-wise backward, so the
-only N x N tensor is the history itself; ``naive`` is the reference for tests. A
-GPU kernel registers itself with :func:`register_historical_attention_backend`.
+it. ``torch`` (alias ``chunk``, the default) works in query blocks with a
+block-wise backward, so the only N x N tensor is the history itself; ``naive`` is
+the reference for tests. The choice follows :mod:`mmhybrid.ops.dispatch`.
 """
-from ..dispatch import BackendRegistry
+from ..dispatch import choose_backend
 from .chunk import chunk_historical_attention
 from .naive import naive_historical_attention
 
-BACKENDS = BackendRegistry('historical attention',
-                           {'naive': naive_historical_attention,
-                            'chunk': chunk_historical_attention})
-register_historical_attention_backend = BACKENDS.register
+BACKENDS = {'torch': chunk_historical_attention, 'chunk': chunk_historical_attention,
+            'naive': naive_historical_attention}
 
 
 def historical_attention(q, k, v, history=None, alpha=0.45, scale=None,
@@ -31,7 +29,7 @@ def historical_attention(q, k, v, history=None, alpha=0.45, scale=None,
         dropout_p (float): dropout on the attention probabilities.
         return_history (bool): return the new history; False saves its N x N
             memory where no later layer reads it.
-        backend (str, optional): ``'chunk'``, ``'naive'`` or a registered name.
+        backend (str, optional): ``'torch'``/``'chunk'`` (automatic) or ``'naive'``.
     Returns:
         tuple: output (B, heads, N, d_v) in the dtype of ``v``, and the new history
         (B, heads, N, N), None unless ``return_history`` (``chunk`` keeps it in
@@ -48,12 +46,13 @@ def historical_attention(q, k, v, history=None, alpha=0.45, scale=None,
                          f'shape {tuple(q.shape)}; got {tuple(history.shape)}')
     if not 0 <= alpha <= 1:
         raise ValueError(f'alpha must be in [0, 1], got {alpha}')
-    fn = BACKENDS.lookup(q.device.type, backend)
+    fn = BACKENDS[choose_backend('historical_attention', BACKENDS, lambda: 'torch',
+                                 backend)]
     return fn(q, k, v, history, alpha=alpha, scale=scale, dropout_p=dropout_p,
               return_history=return_history)
 
 
 __all__ = [
     'historical_attention', 'chunk_historical_attention',
-    'naive_historical_attention', 'register_historical_attention_backend'
+    'naive_historical_attention'
 ]

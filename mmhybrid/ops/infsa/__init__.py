@@ -1,29 +1,29 @@
 """Infinite Self-Attention (InfSA, Roffo & Palmer) as functional ops.
 
 * :func:`pure_infsa`: one layer of Pure InfSA (Eq. 11-12), ``O(N^2)`` compute.
-  ``naive`` forms the N x N matrix (tests); ``chunk`` (default) sweeps query-row
-  blocks with a recomputing backward so 16k tokens fit without an N x N buffer.
-  A GPU kernel registers itself with :func:`register_pure_infsa_backend`.
+  ``torch`` (alias ``chunk``, the default) sweeps query-row blocks with a
+  recomputing backward so 16k tokens fit without an N x N buffer; ``naive`` forms
+  the N x N matrix (tests).
 * :func:`linear_infsa`: Linear InfSA (Eq. 16-21), ``O(N d)`` time and an ``O(d)``
   state per head. ``torch`` (:mod:`.linear`, hand-written backward, no N x d
   temporaries) or ``triton`` (:mod:`.fused`, two fused passes each way; the
-  default for CUDA tensors when Triton imports); ``MMHYBRID_INFSA_BACKEND=torch|
-  triton`` forces one.
+  automatic choice for CUDA tensors when Triton imports).
+
+Both pick their backend by the rule of :mod:`mmhybrid.ops.dispatch`.
 
 The discount gamma and the cross-layer accumulation (Eq. 9/23) live in the layer
 (:class:`mmhybrid.layers.InfSAttention`), not in these parameter-free ops.
 """
 import importlib
 
-from ..dispatch import BackendRegistry, choose_backend, triton_if_usable
+from ..dispatch import choose_backend, triton_if_usable
 from .chunk import chunk_pure_infsa
 from .linear import linear_infsa_weights, torch_linear_infsa_context
 from .naive import naive_linear_infsa, naive_pure_infsa
 from .spectral import eigen_alignment, perron_vector
 
-PURE_BACKENDS = BackendRegistry('pure InfSA', {'naive': naive_pure_infsa,
-                                              'chunk': chunk_pure_infsa})
-register_pure_infsa_backend = PURE_BACKENDS.register
+PURE_BACKENDS = {'torch': chunk_pure_infsa, 'chunk': chunk_pure_infsa,
+                 'naive': naive_pure_infsa}
 
 
 def pure_infsa(q, k, v, scale=None, eps=1e-6, backend=None):
@@ -33,7 +33,7 @@ def pure_infsa(q, k, v, scale=None, eps=1e-6, backend=None):
         q, k, v (Tensor): (B, heads, N, d) (``v`` may have its own last dim).
         scale (float, optional): score scale ``s``, default ``d ** -0.5``.
         eps (float): added to the Frobenius norm taken per (batch, head).
-        backend (str, optional): ``'chunk'``, ``'naive'`` or a registered name.
+        backend (str, optional): ``'torch'``/``'chunk'`` (automatic) or ``'naive'``.
     Returns:
         Tensor: (B, heads, N, d_v) in the dtype of ``v``.
     """
@@ -41,11 +41,11 @@ def pure_infsa(q, k, v, scale=None, eps=1e-6, backend=None):
         raise ValueError(f'q, k, v must be (B, heads, N, d) with equal leading '
                          f'dims; got {tuple(q.shape)}, {tuple(k.shape)}, '
                          f'{tuple(v.shape)}')
-    fn = PURE_BACKENDS.lookup(q.device.type, backend)
+    fn = PURE_BACKENDS[choose_backend('pure_infsa', PURE_BACKENDS, lambda: 'torch',
+                                      backend)]
     return fn(q, k, v, scale=scale, eps=eps)
 
 
-LINEAR_ENV_VAR = 'MMHYBRID_INFSA_BACKEND'
 LINEAR_BACKENDS = ('torch', 'triton')
 
 
@@ -55,13 +55,12 @@ def _fused():
 
 
 def linear_infsa_backend(q, k, v, backend=None):
-    """The Linear InfSA backend for these tensors: ``backend``, else
-    ``$MMHYBRID_INFSA_BACKEND``, else ``'triton'`` for CUDA tensors when Triton
-    imports and ``'torch'`` otherwise. A forced ``'triton'`` that cannot run raises.
+    """The Linear InfSA backend for these tensors (:mod:`mmhybrid.ops.dispatch`;
+    the op's key is ``linear_infsa``); automatic: ``'triton'`` for CUDA tensors when
+    Triton imports, else ``'torch'``. A forced ``'triton'`` that cannot run raises.
     """
-    return choose_backend('Linear InfSA', LINEAR_BACKENDS,
-                          lambda: triton_if_usable(_fused, q, k, v), backend,
-                          LINEAR_ENV_VAR)
+    return choose_backend('linear_infsa', LINEAR_BACKENDS,
+                          lambda: triton_if_usable(_fused, q, k, v), backend)
 
 
 def linear_infsa_context(q, k, v, eps=1e-6, backend=None):
@@ -105,5 +104,5 @@ __all__ = [
     'pure_infsa', 'linear_infsa', 'linear_infsa_context', 'linear_infsa_weights',
     'linear_infsa_backend', 'torch_linear_infsa_context',
     'chunk_pure_infsa', 'naive_pure_infsa', 'naive_linear_infsa',
-    'perron_vector', 'eigen_alignment', 'register_pure_infsa_backend'
+    'perron_vector', 'eigen_alignment'
 ]

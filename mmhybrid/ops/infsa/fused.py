@@ -16,12 +16,16 @@ size N x d is stored between forward and backward. Inputs may be any strided
 (B, H, N, d) view (e.g. head views of a (B, N, C) projection): no copies.
 
 ``TRITON_INTERPRET=1`` set before Triton is imported runs the kernels in Triton's
-interpreter on CPU tensors (tests; see tests/_triton.py).
+interpreter on CPU tensors (tests; see tests/_triton.py). The forward and backward
+are ``torch.library`` custom ops (``mmhybrid::linear_infsa_forward`` /
+``linear_infsa_backward``) with fake kernels and a registered autograd formula, so
+``torch.compile`` and ``torch.export`` see through them.
 """
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 
 from ..token_tiling import TokenTiling
 from ..triton_tiles import INTERPRETED, head_pointer, load_tile, store_tile
@@ -130,56 +134,103 @@ def _query_grad_kernel(q_ptr, grad_m_ptr, grad_e_ptr, dq_ptr, N, D, H,
         store_tile(dq_ptr, dq, rows, cols, N, D, sdq_n, sdq_d)
 
 
-class _FusedLinearInfSA(torch.autograd.Function):
-    """Context ``h`` of Eq. 21, (B, H, 1, dv); ``k=None`` ties keys to queries."""
+def _tiling(q, v, block_n, rows_per_program):
+    """The token tiling and the launch arguments shared by the four kernels."""
+    cfg = TokenTiling(q, (q.shape[-1], v.shape[-1]), block_n, rows_per_program)
+    ACC = tl.float64 if cfg.acc == torch.float64 else tl.float32
+    return cfg, dict(ACC=ACC, BLOCK_N=cfg.block_n, BLOCK_D=cfg.blocks[0])
 
-    @staticmethod
-    def forward(ctx, q, k, v, eps, block_n, rows_per_program):
-        keys = q if k is None else k
-        B, H, N, D = q.shape
-        DV = v.shape[-1]
-        cfg = TokenTiling(q, (D, DV), block_n, rows_per_program)
-        BLOCK_D, BLOCK_DV = cfg.blocks
-        ACC = tl.float64 if cfg.acc == torch.float64 else tl.float32
-        launch = dict(ACC=ACC, BLOCK_N=cfg.block_n, BLOCK_D=BLOCK_D)
-        part_e, part_m = cfg.partials(), cfg.partials(D)
-        _energy_kernel[cfg.grid](
-            q, part_e, part_m, N, D, H, *q.stride(), cfg.rows_per_program, **launch)
-        energy_norm = part_e.sum(1) + eps
-        central = (part_m.sum(1) / energy_norm[:, None]).contiguous()
-        part_s, part_p = cfg.partials(), cfg.partials(DV)
-        _context_kernel[cfg.grid](
-            keys, v, central, part_s, part_p, N, D, DV, H, *keys.stride(),
-            *v.stride(), cfg.rows_per_program, BLOCK_DV=BLOCK_DV, **launch)
-        score_norm = part_s.sum(1) + eps
-        context = part_p.sum(1) / score_norm[:, None]
-        ctx.save_for_backward(q, k, v, energy_norm, central, score_norm, context)
-        ctx.cfg, ctx.launch, ctx.block_dv = cfg, launch, BLOCK_DV
-        return context.view(B, H, 1, DV).to(v.dtype)
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_context):
-        q, k, v, energy_norm, central, score_norm, context = ctx.saved_tensors
-        cfg, launch = ctx.cfg, ctx.launch
-        keys = q if k is None else k
-        B, H, N, D = q.shape
-        DV = v.shape[-1]
-        grad = grad_context.reshape(cfg.BH, DV).to(cfg.acc) / score_norm[:, None]
-        grad_h = (grad * context).sum(-1)
-        grad_q, grad_v = torch.empty_like(q), torch.empty_like(v)
-        grad_k = grad_q if k is None else torch.empty_like(k)
-        part_dc = cfg.partials(D)
-        _key_value_grad_kernel[cfg.grid](
-            keys, v, central, grad.contiguous(), grad_h, grad_k, grad_v, part_dc,
-            N, D, DV, H, *keys.stride(), *v.stride(), *grad_k.stride(),
-            *grad_v.stride(), cfg.rows_per_program, BLOCK_DV=ctx.block_dv, **launch)
-        grad_m = (part_dc.sum(1) / energy_norm[:, None]).contiguous()
-        grad_e = -(grad_m * central).sum(-1)
-        _query_grad_kernel[cfg.grid](
-            q, grad_m, grad_e, grad_q, N, D, H, *q.stride(), *grad_q.stride(),
-            cfg.rows_per_program, ACCUMULATE=k is None, **launch)
-        return grad_q, None if k is None else grad_k, grad_v, None, None, None
+@torch.library.custom_op('mmhybrid::linear_infsa_forward', mutates_args=())
+def linear_infsa_forward(q: torch.Tensor, k: Optional[torch.Tensor], v: torch.Tensor,
+                         eps: float, block_n: Optional[int] = None,
+                         rows_per_program: Optional[int] = None
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                    torch.Tensor, torch.Tensor]:
+    """Triton forward: the context ``h`` (B, H, 1, dv) in the dtype of ``v``, and
+    what backward needs: energy norm (B*H), central query (B*H, d), score norm
+    (B*H), the context in the accumulation dtype (B*H, dv). ``k=None``: tied."""
+    keys = q if k is None else k
+    B, H, N, D = q.shape
+    DV = v.shape[-1]
+    cfg, launch = _tiling(q, v, block_n, rows_per_program)
+    part_e, part_m = cfg.partials(), cfg.partials(D)
+    _energy_kernel[cfg.grid](
+        q, part_e, part_m, N, D, H, *q.stride(), cfg.rows_per_program, **launch)
+    energy_norm = part_e.sum(1) + eps
+    central = (part_m.sum(1) / energy_norm[:, None]).contiguous()
+    part_s, part_p = cfg.partials(), cfg.partials(DV)
+    _context_kernel[cfg.grid](
+        keys, v, central, part_s, part_p, N, D, DV, H, *keys.stride(),
+        *v.stride(), cfg.rows_per_program, BLOCK_DV=cfg.blocks[1], **launch)
+    score_norm = part_s.sum(1) + eps
+    context = part_p.sum(1) / score_norm[:, None]
+    return (context.view(B, H, 1, DV).to(v.dtype, copy=True), energy_norm, central,
+            score_norm, context)
+
+
+@linear_infsa_forward.register_fake
+def _(q, k, v, eps, block_n=None, rows_per_program=None):
+    B, H, N, D = q.shape
+    DV = v.shape[-1]
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    return (v.new_empty(B, H, 1, DV), q.new_empty(B * H, dtype=acc),
+            q.new_empty(B * H, D, dtype=acc), q.new_empty(B * H, dtype=acc),
+            q.new_empty(B * H, DV, dtype=acc))
+
+
+@torch.library.custom_op('mmhybrid::linear_infsa_backward', mutates_args=())
+def linear_infsa_backward(q: torch.Tensor, k: Optional[torch.Tensor], v: torch.Tensor,
+                          grad_context: torch.Tensor, energy_norm: torch.Tensor,
+                          central: torch.Tensor, score_norm: torch.Tensor,
+                          context: torch.Tensor, block_n: Optional[int] = None,
+                          rows_per_program: Optional[int] = None
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton backward: (dq, dk, dv); with ``k=None`` dq holds both and dk is an
+    empty tensor."""
+    keys = q if k is None else k
+    B, H, N, D = q.shape
+    DV = v.shape[-1]
+    cfg, launch = _tiling(q, v, block_n, rows_per_program)
+    grad = grad_context.reshape(cfg.BH, DV).to(cfg.acc) / score_norm[:, None]
+    grad_h = (grad * context).sum(-1)
+    grad_q, grad_v = torch.empty_like(q), torch.empty_like(v)
+    grad_k = grad_q if k is None else torch.empty_like(k)
+    part_dc = cfg.partials(D)
+    _key_value_grad_kernel[cfg.grid](
+        keys, v, central, grad.contiguous(), grad_h, grad_k, grad_v, part_dc,
+        N, D, DV, H, *keys.stride(), *v.stride(), *grad_k.stride(),
+        *grad_v.stride(), cfg.rows_per_program, BLOCK_DV=cfg.blocks[1], **launch)
+    grad_m = (part_dc.sum(1) / energy_norm[:, None]).contiguous()
+    grad_e = -(grad_m * central).sum(-1)
+    _query_grad_kernel[cfg.grid](
+        q, grad_m, grad_e, grad_q, N, D, H, *q.stride(), *grad_q.stride(),
+        cfg.rows_per_program, ACCUMULATE=k is None, **launch)
+    return grad_q, q.new_empty(0) if k is None else grad_k, grad_v
+
+
+@linear_infsa_backward.register_fake
+def _(q, k, v, grad_context, energy_norm, central, score_norm, context, block_n=None,
+      rows_per_program=None):
+    return (torch.empty_like(q), q.new_empty(0) if k is None else torch.empty_like(k),
+            torch.empty_like(v))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, _, ctx.block_n, ctx.rows_per_program = inputs
+    ctx.tied = k is None
+    ctx.save_for_backward(q, q if k is None else k, v, *output[1:])
+
+
+def _backward(ctx, grad_context, *unused):
+    q, k, v, *state = ctx.saved_tensors
+    grad_q, grad_k, grad_v = linear_infsa_backward(
+        q, None if ctx.tied else k, v, grad_context, *state, ctx.block_n,
+        ctx.rows_per_program)
+    return grad_q, None if ctx.tied else grad_k, grad_v, None, None, None
+
+
+linear_infsa_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 def triton_unusable_reason(q, k, v):
@@ -209,5 +260,5 @@ def triton_linear_infsa_context(q, k, v, eps=1e-6, block_n=None,
     reason = triton_unusable_reason(q, k, v)
     if reason is not None:
         raise RuntimeError(f'Linear InfSA triton backend: {reason}')
-    return _FusedLinearInfSA.apply(q, None if k is q else k, v, eps, block_n,
-                                   rows_per_program)
+    return linear_infsa_forward(q, None if k is q else k, v, eps, block_n,
+                                rows_per_program)[0]

@@ -1,13 +1,17 @@
 """2D sliding-window (neighbourhood) softmax attention on a token grid.
 
-``sliding_window_attention`` dispatches to ``halo`` (query tiles + a halo of keys,
-one ``F.scaled_dot_product_attention`` call; the default everywhere) or ``naive``
-(an explicit N x N mask; the reference for tests).
+``sliding_window_attention`` dispatches to ``torch`` (alias ``halo``: query tiles +
+a halo of keys, one ``F.scaled_dot_product_attention`` call; the default
+everywhere) or ``naive`` (an explicit N x N mask; the reference for tests) by the
+rule of :mod:`mmhybrid.ops.dispatch`.
 """
 from ..dispatch import choose_backend
 from .halo import halo_sliding_window_attention, tile_plan
 from .naive import (naive_sliding_window_attention, neighbourhood_mask,
                     window_pairs)
+
+BACKENDS = ('torch', 'halo', 'naive')
+
 
 def _pair(value, name):
     pair = (value, value) if isinstance(value, int) else tuple(value)
@@ -37,7 +41,7 @@ def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
         tile_size (int | tuple[int], optional): query tile of the ``'halo'``
             backend; default the window size, or the whole map when that is
             cheaper (small maps).
-        backend (str, optional): ``'halo'`` (default) or ``'naive'``.
+        backend (str, optional): ``'torch'``/``'halo'`` (automatic) or ``'naive'``.
     Returns:
         Tensor: (B, heads, H * W, d_v).
     """
@@ -51,7 +55,7 @@ def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
         raise ValueError(f'q, k, v must be (B, heads, H*W, d) with H*W = {H * W}; '
                          f'got {tuple(q.shape)}, {tuple(k.shape)}, '
                          f'{tuple(v.shape)}')
-    if choose_backend('sliding window', ('halo', 'naive'), lambda: 'halo',
+    if choose_backend('sliding_window_attention', BACKENDS, lambda: 'torch',
                       backend) == 'naive':
         return naive_sliding_window_attention(q, k, v, (H, W), window_size,
                                               scale=scale)

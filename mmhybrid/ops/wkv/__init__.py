@@ -1,28 +1,42 @@
 """Bidirectional WKV (SoLA-Vision Eq. 9 / Vision-RWKV).
 
-``bi_wkv`` dispatches to a backend by name: ``naive`` is the O(T^2) reference,
-``chunk`` (alias ``torch``) the O(T C) pure-PyTorch path for every device, ``triton``
-the fused kernels (registered when triton imports; the default for CUDA tensors).
-``MMHYBRID_WKV_BACKEND=torch|triton|<name>`` forces one for every call; an explicit
-``backend=`` argument wins over both. Other kernels register with
-:func:`register_wkv_backend`.
+Backends of :func:`bi_wkv`: ``torch`` (alias ``chunk``: the O(T C) pure-PyTorch
+path, exact for any w, u, every device), ``triton`` (the fused kernels of
+:mod:`.fused`, the automatic choice for CUDA tensors when Triton imports) and
+``naive`` (the O(T^2) reference). The choice follows :mod:`mmhybrid.ops.dispatch`.
 """
-from ..dispatch import BackendRegistry
+import importlib
+
+from ..dispatch import choose_backend
 from .chunk import chunk_bi_wkv
 from .naive import naive_bi_wkv
 
-ENV_VAR = 'MMHYBRID_WKV_BACKEND'
-BACKENDS = BackendRegistry('WKV', {'naive': naive_bi_wkv, 'chunk': chunk_bi_wkv,
-                                   'torch': chunk_bi_wkv}, env_var=ENV_VAR)
-register_wkv_backend = BACKENDS.register
-available_wkv_backends = BACKENDS.names
 
-try:
-    from .fused import fused_bi_wkv
-except ImportError:  # no triton: the chunk path serves every device
-    fused_bi_wkv = None
-else:
-    register_wkv_backend('triton', fused_bi_wkv, default_for=('cuda', ))
+def _fused():
+    """:mod:`.fused`, imported on first use (Triton is optional and slow to import)."""
+    return importlib.import_module('.fused', __name__)
+
+
+def _triton(w, u, k, v):
+    try:
+        fused = _fused()
+    except ImportError as err:
+        raise RuntimeError(f'WKV triton backend: triton does not import ({err})') from err
+    return fused.fused_bi_wkv(w, u, k, v)
+
+
+BACKENDS = {'torch': chunk_bi_wkv, 'chunk': chunk_bi_wkv, 'triton': _triton,
+            'naive': naive_bi_wkv}
+
+
+def _auto(k):
+    if not k.is_cuda:
+        return 'torch'
+    try:
+        _fused()
+    except ImportError:
+        return 'torch'
+    return 'triton'
 
 
 def bi_wkv(w, u, k, v, backend=None):
@@ -37,9 +51,11 @@ def bi_wkv(w, u, k, v, backend=None):
             passes ``decay / T``).
         u (Tensor): (C,) per-channel bonus for the token itself (``first / T``).
         k, v (Tensor): (B, T, C) keys and values.
-        backend (str, optional): ``'chunk'``/``'torch'``, ``'triton'``, ``'naive'`` or
-            a registered name; default: ``$MMHYBRID_WKV_BACKEND``, else the default of
-            the tensors' device type.
+        backend (str, optional): ``'torch'``/``'chunk'``, ``'triton'`` or
+            ``'naive'``; default :mod:`mmhybrid.ops.dispatch`'s rule (automatic:
+            ``'triton'`` for CUDA tensors when Triton imports, else ``'torch'``).
+            ``'triton'`` computes channels with T |w| <= 30 and u in [-20, 30] and
+            returns NaN for the others (no host sync); ``'torch'`` is exact for any.
     Returns:
         Tensor: (B, T, C) in the dtype of ``v``.
     """
@@ -50,10 +66,8 @@ def bi_wkv(w, u, k, v, backend=None):
     if w.shape != (C, ) or u.shape != (C, ):
         raise ValueError(f'w and u must be ({C},); got {tuple(w.shape)} and '
                          f'{tuple(u.shape)}')
-    return BACKENDS.lookup(k.device.type, backend)(w, u, k, v)
+    name = choose_backend('bi_wkv', BACKENDS, lambda: _auto(k), backend)
+    return BACKENDS[name](w, u, k, v)
 
 
-__all__ = [
-    'bi_wkv', 'chunk_bi_wkv', 'naive_bi_wkv', 'fused_bi_wkv', 'register_wkv_backend',
-    'available_wkv_backends'
-]
+__all__ = ['bi_wkv', 'chunk_bi_wkv', 'naive_bi_wkv']

@@ -24,8 +24,15 @@ and sums dL/du per tile. Parameter gradients are reduced over tiles on the host.
 
 Range. This is the single-scale regime of ``chunk.py`` (T max|w| <= MAX_DECAY_SPAN,
 u in BONUS_RANGE; every sum then lies within e^{+-60} T in fp32 for |k| up to 60, in
-fp32 whatever the input dtype); ``fused_bi_wkv`` hands other w, u to the chunk path's
-exact float64 form. The layer's w = decay / T keeps T |w| = |decay|.
+fp32 whatever the input dtype). The forward kernel checks the range per channel on
+the device and writes NaN where it does not hold (no host sync: safe under CUDA
+graphs and ``torch.compile``); the chunk path (``backend='torch'``) is exact for any
+w, u. The layer's w = decay / T keeps T |w| = |decay|.
+
+The forward and backward are ``torch.library`` custom ops
+(``mmhybrid::bi_wkv_forward`` / ``bi_wkv_backward``) with fake kernels and a
+registered autograd formula, so ``torch.compile`` and ``torch.export`` see through
+them.
 
 Traffic per token (fp32): forward reads k, v twice (tile sums, output) and writes y and
 the denominator; backward reads g, y, den (tile sums) and k, v, g, y, den (output) and
@@ -36,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .chunk import BONUS_RANGE, MAX_DECAY_SPAN, chunk_bi_wkv
+from .chunk import BONUS_RANGE, MAX_DECAY_SPAN
 
 # @triton.jit reads TRITON_INTERPRET when it decorates, i.e. when this module is imported
 INTERPRETED = triton.knobs.runtime.interpret
@@ -181,7 +188,9 @@ def _exclusive_sums(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, carry_ptr, key_max, w, 
 
 @triton.jit
 def _forward_kernel(k_ptr, v_ptr, w_ptr, u_ptr, carry_ptr, key_max_ptr, out_ptr, den_ptr,
-                    T, C, NT, centre, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+                    T, C, NT, centre, SPAN: tl.constexpr, BONUS_MIN: tl.constexpr,
+                    BONUS_MAX: tl.constexpr, BLOCK_T: tl.constexpr,
+                    BLOCK_C: tl.constexpr):
     tile, cb, b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     rows = tile * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
     cols = cb * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]
@@ -201,7 +210,10 @@ def _forward_kernel(k_ptr, v_ptr, w_ptr, u_ptr, carry_ptr, key_max_ptr, out_ptr,
     bonus = tl.exp(u)
     num = to_left * lnum + to_right * rnum + bonus * own_num
     den = to_left * lden + to_right * rden + bonus * own_den
-    tl.store(out_ptr + offs, (num / den).to(out_ptr.dtype.element_ty), mask=mask)
+    # channels outside the single-scale range: NaN, not a silently wrong number
+    ok = (T * tl.abs(w) <= SPAN) & (u >= BONUS_MIN) & (u <= BONUS_MAX)
+    y = tl.where(ok, num / den, float('nan'))
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
     tl.store(den_ptr + offs, den, mask=mask)
 
 
@@ -228,7 +240,6 @@ def _backward_kernel(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, w_ptr, u_ptr, carry_pt
     ekv, ek = _sources(k_ptr, v_ptr, k_ptr, k_ptr, k_ptr, offs, mask, key_max, False)
     gd, gyd = _sources(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, offs, mask, key_max, True)
     v = tl.load(v_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     pos, ew = tl.exp(tl.where(mask, (rows.to(tl.float32) - centre) * w, 0.0)), tl.exp(w)
     to_left, to_right = ew / pos, ew * pos  # e^{-(t-1-c) w}, e^{(t+1-c) w}
     bonus = tl.exp(u)
@@ -268,52 +279,93 @@ def _carries(w, sources, T, backward):
     return carry, key_max
 
 
-class _FusedBiWKV(torch.autograd.Function):
+def _state_shapes(k):
+    """Shapes of what the forward keeps for backward: den, carry, key maximum."""
+    B, T, C = k.shape
+    NT = -(-T // BLOCK_T)
+    return (B, T, C), (B, NT, 4, C), (B, C)
 
-    @staticmethod
-    def forward(ctx, w, u, k, v):
-        B, T, C = k.shape
-        k, v = k.contiguous(), v.contiguous()
-        wf, uf = w.detach().float().contiguous(), u.detach().float().contiguous()
-        carry, key_max = _carries(wf, (k, v, k, k, k), T, False)
-        out = torch.empty_like(v)
-        den = torch.empty(B, T, C, device=k.device, dtype=torch.float32)
-        NT, bc = triton.cdiv(T, BLOCK_T), _block_c(C)
-        _forward_kernel[(NT, triton.cdiv(C, bc), B)](k, v, wf, uf, carry, key_max, out,
-                                                     den, T, C, NT, (T - 1) / 2,
-                                                     BLOCK_T=BLOCK_T, BLOCK_C=bc)
-        ctx.save_for_backward(w, u, k, v, out, den, carry, key_max)
-        return out
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        w, u, k, v, out, den, carry, key_max = ctx.saved_tensors
-        B, T, C = k.shape
-        wf, uf = w.detach().float().contiguous(), u.detach().float().contiguous()
-        g = grad_out.contiguous()
-        grad_carry, _ = _carries(wf, (k, v, g, out, den), T, True)
-        NT, bc = triton.cdiv(T, BLOCK_T), _block_c(C)
-        dk, dv = torch.empty_like(k), torch.empty_like(v)
-        dw = torch.empty(B, NT, C, device=k.device, dtype=torch.float32)
-        du = torch.empty_like(dw)
-        _backward_kernel[(NT, triton.cdiv(C, bc), B)](k, v, g, out, den, wf, uf, carry,
-                                                      key_max, grad_carry, dk, dv, dw, du,
-                                                      T, C, NT, (T - 1) / 2,
-                                                      BLOCK_T=BLOCK_T, BLOCK_C=bc)
-        return dw.sum((0, 1)).to(w.dtype), du.sum((0, 1)).to(u.dtype), dk, dv
+@torch.library.custom_op('mmhybrid::bi_wkv_forward', mutates_args=())
+def bi_wkv_forward(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor,
+                   v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                             torch.Tensor]:
+    """Triton forward: (y, den, carry, key maximum); channels outside the
+    single-scale range get NaN (see :func:`fused_bi_wkv`)."""
+    B, T, C = k.shape
+    k, v = k.contiguous(), v.contiguous()
+    wf, uf = w.detach().float().contiguous(), u.detach().float().contiguous()
+    carry, key_max = _carries(wf, (k, v, k, k, k), T, False)
+    out = torch.empty_like(v)
+    den = torch.empty(B, T, C, device=k.device, dtype=torch.float32)
+    NT, bc = triton.cdiv(T, BLOCK_T), _block_c(C)
+    _forward_kernel[(NT, triton.cdiv(C, bc), B)](
+        k, v, wf, uf, carry, key_max, out, den, T, C, NT, (T - 1) / 2,
+        SPAN=MAX_DECAY_SPAN, BONUS_MIN=BONUS_RANGE[0], BONUS_MAX=BONUS_RANGE[1],
+        BLOCK_T=BLOCK_T, BLOCK_C=bc)
+    return out, den, carry, key_max
+
+
+@bi_wkv_forward.register_fake
+def _(w, u, k, v):
+    den, carry, key_max = (k.new_empty(shape, dtype=torch.float32)
+                           for shape in _state_shapes(k))
+    return torch.empty_like(v, memory_format=torch.contiguous_format), den, carry, key_max
+
+
+@torch.library.custom_op('mmhybrid::bi_wkv_backward', mutates_args=())
+def bi_wkv_backward(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    grad_out: torch.Tensor, out: torch.Tensor, den: torch.Tensor,
+                    carry: torch.Tensor, key_max: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton backward: (dw, du, dk, dv)."""
+    B, T, C = k.shape
+    k, v = k.contiguous(), v.contiguous()
+    wf, uf = w.detach().float().contiguous(), u.detach().float().contiguous()
+    g = grad_out.contiguous()
+    grad_carry, _ = _carries(wf, (k, v, g, out, den), T, True)
+    NT, bc = triton.cdiv(T, BLOCK_T), _block_c(C)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    dw = torch.empty(B, NT, C, device=k.device, dtype=torch.float32)
+    du = torch.empty_like(dw)
+    _backward_kernel[(NT, triton.cdiv(C, bc), B)](k, v, g, out, den, wf, uf, carry,
+                                                  key_max, grad_carry, dk, dv, dw, du,
+                                                  T, C, NT, (T - 1) / 2,
+                                                  BLOCK_T=BLOCK_T, BLOCK_C=bc)
+    return dw.sum((0, 1)).to(w.dtype), du.sum((0, 1)).to(u.dtype), dk, dv
+
+
+@bi_wkv_backward.register_fake
+def _(w, u, k, v, grad_out, out, den, carry, key_max):
+    contiguous = torch.contiguous_format
+    return (torch.empty_like(w), torch.empty_like(u),
+            torch.empty_like(k, memory_format=contiguous),
+            torch.empty_like(v, memory_format=contiguous))
+
+
+def _setup_context(ctx, inputs, output):
+    out, den, carry, key_max = output
+    ctx.save_for_backward(*inputs, out, den, carry, key_max)
+
+
+def _backward(ctx, grad_out, *unused):
+    return bi_wkv_backward(*ctx.saved_tensors[:4], grad_out, *ctx.saved_tensors[4:])
+
+
+bi_wkv_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 def fused_bi_wkv(w, u, k, v):
     """Bidirectional WKV of Eq. 9 with the Triton kernels (CUDA tensors, or CPU tensors
-    under ``TRITON_INTERPRET=1``); see the module docstring."""
+    under ``TRITON_INTERPRET=1``); see the module docstring.
+
+    The kernels work in the single-scale range: channels with T |w| > MAX_DECAY_SPAN
+    or u outside BONUS_RANGE come out as NaN (checked on the device: no host sync,
+    so the op is safe under CUDA graphs). ``backend='torch'`` is exact for any w, u.
+    The layer's w = decay / T stays in range while |decay| <= 30.
+    """
     if k.device.type != 'cuda' and not INTERPRETED:
         raise RuntimeError('the triton WKV backend needs CUDA tensors (CPU tensors run '
                            'only with TRITON_INTERPRET=1 set before triton is '
-                           'imported); use backend="chunk"')
-    T = k.shape[1]
-    w_max, u_min, u_max = torch.stack(
-        (w.detach().abs().max(), u.detach().min(), u.detach().max())).tolist()
-    if (T * w_max <= MAX_DECAY_SPAN and BONUS_RANGE[0] <= u_min
-            and u_max <= BONUS_RANGE[1]):
-        return _FusedBiWKV.apply(w, u, k, v)
-    return chunk_bi_wkv(w, u, k, v)
+                           'imported); use backend="torch"')
+    return bi_wkv_forward(w, u, k, v)[0]
