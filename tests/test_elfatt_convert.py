@@ -2,6 +2,7 @@
 
 More layouts (timm, mmpretrain, mmseg, DeiT, InfSA) and the source models
 themselves: tests/test_weight_sources.py."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -210,7 +211,8 @@ def test_cli_writes_an_mmpretrain_classifier_checkpoint(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / 'tools/convert/convert_checkpoint.py'),
                           str(src), str(dst), '--model', str(config),
                           '--options', 'out_indices=3'],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+                         capture_output=True, text=True, cwd=ROOT, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert run.returncode == 0, run.stderr
     assert 'swin format (official Swin' in run.stdout
     assert 'SwinELFATT: loaded' in run.stdout + run.stderr

@@ -12,7 +12,8 @@ type with its arguments, decides what the weights become:
     python tools/convert/convert_checkpoint.py swin_tiny_patch4_window7_224.pth \
         swin-t_mmhybrid.pth --model configs/elfatt/upernet_swin-t-local_ade20k.py
 
-It prints the detected format and the load report of the written file.
+It prints the load report of the source file into the model (refusing one that
+fills less than half of it) and the detected format.
 """
 import argparse
 import os.path as osp
@@ -35,8 +36,9 @@ def parse_args():
         'e.g. HAViT, InfViT, SwinELFATT, CSWin')
     parser.add_argument(
         '--options', nargs='+', action=DictAction, default={},
-        help='backbone arguments, e.g. arch=deit-t attn=local (with a config: '
-        'overrides of model.backbone)')
+        help='backbone arguments, e.g. arch=deit-t attn=local (numbers, strings, '
+        'lists; with a config: overrides of model.backbone; an arch dict goes '
+        'in a config)')
     return parser.parse_args()
 
 
@@ -55,12 +57,14 @@ def build_backbone(model, options):
 def main():
     args = parse_args()
     backbone = build_backbone(args.model, args.options)
+    try:  # what init_cfg would load from the file as it is, refused if little
+        load_pretrained(backbone, args.src, pos_embed_keys=backbone.pos_embed_keys,
+                        num_extra_tokens=backbone.num_extra_tokens)
+    except ValueError as err:  # with the fix in the message
+        raise SystemExit(f'{args.src}: {err}')
     state_dict, fmt = convert_checkpoint_file(args.src, args.dst, backbone)
-    print(f'{args.src}: {fmt.name + " format (" + fmt.source + ")" if fmt else "mmhybrid layout"}'
-          f'; wrote {len(state_dict)} tensors to {args.dst}')
-    load_pretrained(backbone, args.dst, pos_embed_keys=backbone.pos_embed_keys,
-                    num_extra_tokens=backbone.num_extra_tokens, strict=False,
-                    logger='current')
+    layout = f'{fmt.name} format ({fmt.source})' if fmt else 'mmhybrid layout'
+    print(f'{args.src}: {layout}; wrote {len(state_dict)} tensors to {args.dst}')
 
 
 if __name__ == '__main__':

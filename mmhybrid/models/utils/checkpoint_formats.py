@@ -265,8 +265,9 @@ def _fit_vit(state_dict, model, notes):
                     state_dict[f'layers.{i}.attn.{name}.{key[len(qkv):]}'] = part
             split.append(i)
         has_k = any(key.startswith(k) for key in state_dict)
-        if attn.k is None and has_k:
-            tied.append(i)
+        if attn.k is None and has_k and state_dict.get(
+                k + 'weight', attn.q.weight).shape == attn.q.weight.shape:
+            tied.append(i)  # (other widths: reported as another arch below)
         elif attn.k is not None and not has_k and any(
                 key.startswith(q) for key in state_dict):
             # a tied checkpoint: K = Q is the same function as k := q
