@@ -1,4 +1,6 @@
 """``init_cfg=dict(type='Pretrained', ...)`` for mmhybrid backbones."""
+import re
+
 from mmengine.logging import print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
@@ -27,16 +29,26 @@ def extract_state_dict(checkpoint):
 
 
 def _names(keys):
-    """A short, complete-count list: up to ``_SHOWN`` names, or module names
-    (``norm0, norm1``) when the keys are a module's ``weight``/``bias``."""
+    """A short list that accounts for every key: up to ``_SHOWN`` names, else
+    up to ``_SHOWN`` modules (``norm0, norm1, norm2``), else up to
+    ``_SHOWN + 1`` patterns with counts (``stages.*.blocks.*.attn.lepe.weight
+    x15``), else the first names."""
     if not keys:
         return ''
+    shown = keys
     if len(keys) > _SHOWN and not any(' ' in k for k in keys):
         modules = list(dict.fromkeys(k.rsplit('.', 1)[0] for k in keys))
-        if len(modules) < len(keys):
-            keys = modules
-    more = ', ...' if len(keys) > _SHOWN else ''
-    return f' ({", ".join(keys[:_SHOWN])}{more})'
+        patterns = {}
+        for k in keys:
+            pattern = re.sub(r'\d+', '*', k)
+            patterns[pattern] = patterns.get(pattern, 0) + 1
+        if len(modules) <= _SHOWN:
+            shown = modules
+        elif len(patterns) <= _SHOWN + 1:
+            return ' (' + ', '.join(p + (f' x{n}' if n > 1 else '')
+                                    for p, n in patterns.items()) + ')'
+    more = ', ...' if len(shown) > _SHOWN else ''
+    return f' ({", ".join(shown[:_SHOWN])}{more})'
 
 
 def _patch_size_check(state_dict, own, owner):
