@@ -358,6 +358,17 @@ def test_other_patch_size_is_a_clear_error(tmp_path):
         pretrained(HAViT, path, arch=TINY_VIT, img_size=32, patch_size=16)
 
 
+def test_non_square_position_grid_is_a_clear_error(tmp_path):
+    """A checkpoint trained on 192x256 inputs (12x16 patches) has no square
+    grid to infer: the message says to build the model with its img_size."""
+    sd = timm_vit().state_dict()
+    sd['pos_embed'] = torch.randn(1, 1 + 12 * 16, 32)
+    path = tmp_path / 'vit_192x256.pth'
+    torch.save({'model': sd}, path)
+    with pytest.raises(ValueError, match='192 to 16 grid tokens.*img_size'):
+        pretrained(HAViT, path, arch=TINY_VIT, img_size=32, patch_size=8)
+
+
 # ------------------------------------------------------------- Swin family
 def mmpretrain_swin():
     return perturbed(mmpretrain_model(dict(
