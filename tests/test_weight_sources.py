@@ -142,6 +142,22 @@ def test_mmpretrain_deit_tiny_loads_fully_and_equals_deit(ours, tmp_path, report
         assert reports[-1] == exact_line(with_history, path, 'openmmlab-vit')
 
 
+def test_mmpretrain_layer_scale_loads_and_equals(tmp_path, reports):
+    """mmpretrain's layer scale (``attn.gamma1.weight``, ``ffn.gamma2.weight``)."""
+    src = perturbed(mmpretrain_model(dict(
+        type='VisionTransformer', arch=MMPRETRAIN_TINY, img_size=32, patch_size=8,
+        layer_scale_init_value=0.1, out_type='featmap')))
+    path = tmp_path / 'vit_ls.pth'
+    torch.save({'state_dict': {f'backbone.{k}': v
+                               for k, v in src.state_dict().items()}}, path)
+    model = pretrained(HAViT, path, arch=TINY_VIT, history=None, img_size=32,
+                       patch_size=8, out_type='featmap', layer_scale_init_value=1.)
+    assert reports == [exact_line(model, path, 'openmmlab-vit')]
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x)[0], src(x)[0], rtol=0, atol=1e-5)
+
+
 def test_mmseg_vit_fused_attention_loads(tmp_path, reports):
     """mmseg's ViT keeps nn.MultiheadAttention's in_proj / out_proj and has no
     patch-embedding bias (a zero one is its function); its LayerNorms have
