@@ -1,4 +1,8 @@
-"""Official Swin / CSWin checkpoints (their public key layout) -> our backbones."""
+"""Official Swin / CSWin checkpoints (their public key layout) -> our backbones.
+
+More layouts (timm, mmpretrain, mmseg, DeiT, InfSA) and the source models
+themselves: tests/test_weight_sources.py."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -201,13 +205,22 @@ def test_cli_writes_an_mmpretrain_classifier_checkpoint(tmp_path):
     from mmpretrain.registry import MODELS
     src, dst = tmp_path / 'swin.pth', tmp_path / 'swin_mmhybrid.pth'
     torch.save({'model': official_swin(SWIN)}, src)
-    run = subprocess.run([sys.executable, str(ROOT / 'tools/convert/swin2mmhybrid.py'),
-                          str(src), str(dst)], capture_output=True, text=True,
-                         cwd=ROOT, timeout=300)
+    config = tmp_path / 'swin_local.py'
+    config.write_text(f"model = dict(backbone=dict(type='mmhybrid.SwinELFATT', "
+                      f"arch={SWIN!r}, attn='local', window_size=4))\n")
+    run = subprocess.run([sys.executable, str(ROOT / 'tools/convert/convert_checkpoint.py'),
+                          str(src), str(dst), '--model', str(config),
+                          '--options', 'out_indices=3'],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert run.returncode == 0, run.stderr
+    assert 'swin format (official Swin' in run.stdout
+    assert 'SwinELFATT: loaded' in run.stdout + run.stderr
     cswin_dst = tmp_path / 'cswin_mmhybrid.pth'
     torch.save(official_cswin(CSWIN), tmp_path / 'cswin.pth')
-    convert_checkpoint_file(tmp_path / 'cswin.pth', cswin_dst, convert_cswin)
+    _, fmt = convert_checkpoint_file(tmp_path / 'cswin.pth', cswin_dst,
+                                     CSWin(arch=CSWIN, attn='local'))
+    assert fmt.name == 'cswin'
     for cls, arch, path, kw in ((SwinELFATT, SWIN, dst, dict(window_size=4)),
                                 (CSWin, CSWIN, cswin_dst, {})):
         with DefaultScope.overwrite_default_scope('mmpretrain'):

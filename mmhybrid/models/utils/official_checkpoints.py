@@ -6,7 +6,9 @@ mlp.fc2}``, ``layers.{i}.downsample.{norm, reduction}``, ``norm``, ``head``.
 
 CSWin (microsoft/CSWin-Transformer): ``stage1_conv_embed.{0,2}`` (conv, LayerNorm),
 ``stage{s}.{j}.{qkv, norm1, proj, norm2, mlp.fc1, mlp.fc2, attns.{0,1}.get_v}``,
-``merge{s}.{conv, norm}``, ``norm``, ``head``. The two stripe branches' LePE convs
+``merge{s}.{conv, norm}``, ``norm``, ``head``; its segmentation backbone
+(segmentation/backbone/cswin_transformer.py) has per-stage output norms
+``norm{1..4}`` instead of ``norm`` (our ``norm0..3``). The two stripe branches' LePE convs
 (``attns.0/1.get_v``, C/2 channels each; one C-channel conv in the last stage)
 become one depth-wise conv ``attn.lepe`` over all channels, branch 0 first.
 """
@@ -64,6 +66,7 @@ _CSWIN_RULES = [
     (r'^stage(\d)\.(\d+)\.(qkv|proj)\.', 'stages.{s}.blocks.{j}.attn.{m}.'),
     (r'^stage(\d)\.(\d+)\.(norm1|norm2)\.', 'stages.{s}.blocks.{j}.{m}.'),
     (r'^merge(\d)\.', 'stages.{s}.downsample.'),
+    (r'^norm([1-4])\.', 'norm{s}.'),
     (r'^norm\.', 'norm3.'),
 ]
 _GET_V = re.compile(r'^stage(\d)\.(\d+)\.attns\.(\d)\.get_v\.(weight|bias)$')
@@ -74,7 +77,8 @@ def is_official_cswin(state_dict):
 
 
 def convert_cswin(state_dict):
-    """Map an official CSWin state dict to :class:`CSWin` keys (head dropped)."""
+    """Map an official CSWin state dict to :class:`CSWin` keys (head dropped,
+    keys it does not know kept as they are)."""
     out, lepe = {}, {}
     for key, value in state_dict.items():
         match = _GET_V.match(key)
@@ -83,43 +87,28 @@ def convert_cswin(state_dict):
             name = f'stages.{int(s) - 1}.blocks.{j}.attn.lepe.{kind}'
             lepe.setdefault(name, {})[int(branch)] = value
             continue
+        if key.startswith('head.'):
+            continue
         for pattern, repl in _CSWIN_RULES:
             match = re.match(pattern, key)
             if match:
                 groups = match.groups() + (None, ) * 3
                 s = int(groups[0]) - 1 if groups[0] else None
-                new = repl.format(s=s, j=groups[1], m=groups[2])
-                out[new + key[match.end():]] = value
+                key = repl.format(s=s, j=groups[1], m=groups[2]) + key[match.end():]
                 break
+        out[key] = value  # unknown keys stay as they are (reported unexpected)
     for name, branches in lepe.items():
         out[name] = torch.cat([branches[b] for b in sorted(branches)], dim=0)
     return out
 
 
 def classifier_head(state_dict):
-    """The official classifier ``head`` of either model as mmpretrain
-    ``LinearClsHead`` keys (``head.fc.weight``, ``head.fc.bias``)."""
-    return {f'head.fc.{k[5:]}': v for k, v in state_dict.items()
-            if k.startswith('head.')}
-
-
-def convert_checkpoint_file(src, dst, convert):
-    """Read an official checkpoint, write an mmpretrain-classifier checkpoint.
-
-    The result holds ``backbone.*`` (our layout) and ``head.fc.*`` keys, so it
-    loads into an mmpretrain ``ImageClassifier`` and, through
-    ``init_cfg=dict(type='Pretrained', checkpoint=dst)``, into the backbone alone
-    (the ``backbone.`` prefix is found automatically).
-
-    Returns:
-        dict: the converted state dict.
-    """
-    checkpoint = torch.load(src, map_location='cpu', weights_only=True)
-    for key in ('model', 'state_dict'):
-        if isinstance(checkpoint, dict) and isinstance(checkpoint.get(key), dict):
-            checkpoint = checkpoint[key]
-            break
-    state_dict = {f'backbone.{k}': v for k, v in convert(checkpoint).items()}
-    state_dict.update(classifier_head(checkpoint))
-    torch.save({'state_dict': state_dict, 'meta': {'converted_from': str(src)}}, dst)
-    return state_dict
+    """A linear classifier ``head`` (official Swin/CSWin/DeiT ``head.weight``,
+    timm Swin ``head.fc.weight``) as mmpretrain ``LinearClsHead`` keys
+    (``head.fc.weight``, ``head.fc.bias``)."""
+    out = {}
+    for key, value in state_dict.items():
+        if key.startswith('head.'):
+            name = key[len('head.'):]
+            out['head.fc.' + (name[3:] if name.startswith('fc.') else name)] = value
+    return out

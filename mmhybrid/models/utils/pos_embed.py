@@ -1,3 +1,5 @@
+"""Resizing position embeddings and relative-position-bias tables for another
+input or window size (fine-tuning at 512^2 or 1024^2 from 224^2 weights)."""
 import math
 
 import torch
@@ -7,7 +9,9 @@ import torch.nn.functional as F
 def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens=0):
     """Bicubically resize a (1, extra + Hs*Ws, C) position embedding to ``dst_hw``.
 
-    Leading ``num_extra_tokens`` (e.g. a class token) are kept as they are.
+    Leading ``num_extra_tokens`` (e.g. a class token) are kept as they are. The
+    grid is resampled as mmpretrain's ``resize_pos_embed`` and timm's
+    ``resample_abs_pos_embed`` do (bicubic, ``align_corners=False``).
     """
     if tuple(src_hw) == tuple(dst_hw):
         return pos_embed
@@ -27,3 +31,27 @@ def square_grid(num_tokens):
     if side * side != num_tokens:
         raise ValueError(f'cannot infer a square grid from {num_tokens} tokens')
     return side, side
+
+
+def resize_rel_pos_bias_table(table, dst_window):
+    """Resize a Swin relative-position-bias table to another window size.
+
+    A window of side ``W`` has ``(2W - 1)^2`` relative offsets, one bias per head:
+    the (L, heads) table is a (2W-1) x (2W-1) map per head, resampled bicubically
+    to (2W'-1) x (2W'-1) as the official Swin does when it fine-tunes at another
+    window size (``align_corners=False``).
+
+    Args:
+        table (Tensor): ((2W - 1)^2, heads).
+        dst_window (int | tuple[int]): the new window side W' (or (Wh, Ww)).
+    """
+    dst = (dst_window, ) * 2 if isinstance(dst_window, int) else tuple(dst_window)
+    dst = (2 * dst[0] - 1, 2 * dst[1] - 1)
+    src = square_grid(table.shape[0])
+    if src == dst:
+        return table
+    heads = table.shape[1]
+    grid = table.t().reshape(1, heads, *src)
+    grid = F.interpolate(grid.float(), size=dst, mode='bicubic',
+                         align_corners=False).to(table.dtype)
+    return grid.reshape(heads, -1).t().contiguous()

@@ -1,27 +1,103 @@
 """``init_cfg=dict(type='Pretrained', ...)`` for mmhybrid backbones."""
+import re
+
 from mmengine.logging import print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
-from .pos_embed import resize_pos_embed, square_grid
+from .checkpoint_formats import convert_state_dict
+from .pos_embed import resize_pos_embed, resize_rel_pos_bias_table, square_grid
 
 # with strict=None, at least this fraction of the model's tensors must load
 MIN_LOADED_FRACTION = 0.5
 _SHOWN = 3  # names shown per list in the summary
+# where a checkpoint file keeps its state dict, in order of preference
+_STATE_DICT_KEYS = ('state_dict', 'model', 'module', 'state_dict_ema')
 
 
-def _extract_state_dict(checkpoint):
-    for key in ('state_dict', 'model', 'module'):
-        if isinstance(checkpoint, dict) and key in checkpoint and isinstance(
-                checkpoint[key], dict):
-            return checkpoint[key]
+def extract_state_dict(checkpoint):
+    """The state dict inside a checkpoint (mmengine's ``state_dict``, timm's and
+    DeiT's ``model``, an EMA-only ``state_dict_ema``), without a ``module.``
+    prefix (a DDP-wrapped model)."""
+    for key in _STATE_DICT_KEYS:
+        if isinstance(checkpoint, dict) and isinstance(checkpoint.get(key), dict):
+            checkpoint = checkpoint[key]
+            break
+    if (isinstance(checkpoint, dict) and checkpoint
+            and all(k.startswith('module.') for k in checkpoint)):
+        checkpoint = {k[len('module.'):]: v for k, v in checkpoint.items()}
     return checkpoint
 
 
-def _first(names):
-    if not names:
+def _names(keys):
+    """A short list that accounts for every key: up to ``_SHOWN`` names, else
+    up to ``_SHOWN`` modules (``norm0, norm1, norm2``), else up to
+    ``_SHOWN + 1`` patterns with counts (``stages.*.blocks.*.attn.lepe.weight
+    x15``), else the first names."""
+    if not keys:
         return ''
-    more = ', ...' if len(names) > _SHOWN else ''
-    return f' ({", ".join(names[:_SHOWN])}{more})'
+    shown = keys
+    if len(keys) > _SHOWN and not any(' ' in k for k in keys):
+        modules = list(dict.fromkeys(k.rsplit('.', 1)[0] for k in keys))
+        patterns = {}
+        for k in keys:
+            pattern = re.sub(r'\d+', '*', k)
+            patterns[pattern] = patterns.get(pattern, 0) + 1
+        if len(modules) <= _SHOWN:
+            shown = modules
+        elif len(patterns) <= _SHOWN + 1:
+            return ' (' + ', '.join(p + (f' x{n}' if n > 1 else '')
+                                    for p, n in patterns.items()) + ')'
+    more = ', ...' if len(shown) > _SHOWN else ''
+    return f' ({", ".join(shown[:_SHOWN])}{more})'
+
+
+def _patch_size_check(state_dict, own, owner):
+    """A stem of another patch size is a clear error, not a silent mismatch."""
+    key = 'patch_embed.projection.weight'
+    if key not in state_dict or key not in own:
+        return
+    src, dst = state_dict[key].shape, own[key].shape
+    if src[:2] == dst[:2] and src[2:] != dst[2:]:
+        raise ValueError(
+            f'{owner}: the checkpoint\'s patch embedding has a {src[2]}x{src[3]} '
+            f'kernel, the model {dst[2]}x{dst[3]}: build the model with '
+            f'patch_size={src[2]} to load it (other patch sizes are not the same '
+            'function)')
+
+
+def _resize(state_dict, own, pos_embed_keys, num_extra_tokens, owner):
+    """Position embeddings to the model's grid, relative-position-bias tables
+    to its window size; returns notes for the summary."""
+    notes = []
+    for key in pos_embed_keys:
+        if key in state_dict and key in own and (state_dict[key].shape !=
+                                                 own[key].shape):
+            src_tokens = state_dict[key].shape[1] - num_extra_tokens
+            dst_tokens = own[key].shape[1] - num_extra_tokens
+            try:
+                src, dst = square_grid(src_tokens), square_grid(dst_tokens)
+            except ValueError:
+                raise ValueError(
+                    f'{owner}: cannot resize {key} from {src_tokens} to '
+                    f'{dst_tokens} grid tokens (+{num_extra_tokens} extra): only '
+                    'square grids are inferred from a checkpoint; build the model '
+                    'with the checkpoint\'s img_size') from None
+            if state_dict[key].shape[2] == own[key].shape[2]:
+                notes.append(f'{key} resized from {src[0]}x{src[1]} to '
+                             f'{dst[0]}x{dst[1]}')
+                state_dict[key] = resize_pos_embed(state_dict[key], src, dst,
+                                                   num_extra_tokens)
+    tables = [k for k, v in state_dict.items()
+              if k.endswith('relative_position_bias_table') and k in own
+              and v.shape != own[k].shape and v.shape[1] == own[k].shape[1]]
+    for key in tables:
+        src = (square_grid(state_dict[key].shape[0])[0] + 1) // 2
+        dst = (square_grid(own[key].shape[0])[0] + 1) // 2
+        state_dict[key] = resize_rel_pos_bias_table(state_dict[key], dst)
+    if tables:
+        notes.append(f'{len(tables)} relative_position_bias_table resized from '
+                     f'window {src} to {dst}')
+    return notes
 
 
 def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
@@ -32,18 +108,27 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
     * ``prefix``: keep only keys starting with it (stripped). When None and every
       key of interest carries ``backbone.`` (an mmpretrain classifier, an mmseg or
       mmdet model), that prefix is used.
-    * ``converter``: optional ``fn(state_dict) -> state_dict`` from a public layout.
+    * the layout is detected from the keys (:mod:`.checkpoint_formats`: mmpretrain,
+      mmseg, timm, official DeiT/Swin/CSWin, the InfSA authors' code) and
+      converted to ours; classifier heads and derived buffers of those layouts
+      are left out and counted as skipped. ``converter`` (``fn(state_dict) ->
+      state_dict``, a backbone's own) runs on a checkpoint already in our layout.
     * position embeddings named in ``pos_embed_keys`` are resized to the module's
-      grid (square source grid assumed, extra tokens kept).
+      grid (square source grid, extra tokens kept) and Swin relative-position-bias
+      tables to its window size; a patch embedding of another patch size is an
+      error.
     * ``strict``: True: every tensor of the model must load and none may be left
       over (mmengine's ``strict``); False: a partial load, whatever matches by
       name and shape; None (default): like False, but fail unless at least
       ``MIN_LOADED_FRACTION`` of the model's tensors load (a checkpoint of
       another arch or model).
 
-    One summary line (loaded / missing / unexpected / shape-mismatched) goes to
-    the logger. Returns ``(missing, unexpected)``; shape-mismatched keys are
-    counted as missing.
+    One summary line goes to the logger: ``loaded M/N tensors from FILE``, the
+    format it was converted from, how many of the checkpoint's tensors were
+    dropped (unexpected or shape-mismatched; none when it only says ``loaded``),
+    then missing / unexpected / shape-mismatched with names, skipped non-backbone
+    keys and resizes. Returns ``(missing, unexpected)``; shape-mismatched keys
+    are counted as missing.
     """
     owner = type(module).__name__
     try:
@@ -53,7 +138,7 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
             f"{owner} init_cfg=dict(type='Pretrained', checkpoint={checkpoint!r}): "
             f'{err}; fix the path, or remove init_cfg to train from scratch'
         ) from err
-    state_dict = _extract_state_dict(raw)
+    state_dict = extract_state_dict(raw)
     if not isinstance(state_dict, dict):
         raise ValueError(f'{checkpoint} holds a {type(state_dict).__name__}, not a '
                          'state dict or a checkpoint with one')
@@ -70,18 +155,12 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
         if not state_dict:
             raise ValueError(f'no key of {checkpoint} starts with {prefix!r}; its '
                              f'keys start with {heads[:8]}: set init_cfg prefix=')
-    if converter is not None:
+    state_dict, fmt, skipped, notes = convert_state_dict(state_dict, module)
+    if fmt is None and converter is not None:
         state_dict = converter(state_dict)
     own = module.state_dict()
-    notes = []
-    for key in pos_embed_keys:
-        if key in state_dict and key in own and (state_dict[key].shape !=
-                                                 own[key].shape):
-            src = square_grid(state_dict[key].shape[1] - num_extra_tokens)
-            dst = square_grid(own[key].shape[1] - num_extra_tokens)
-            notes.append(f'{key} resized from {src} to {dst}')
-            state_dict[key] = resize_pos_embed(state_dict[key], src, dst,
-                                               num_extra_tokens)
+    _patch_size_check(state_dict, own, owner)
+    notes += _resize(state_dict, own, pos_embed_keys, num_extra_tokens, owner)
 
     mismatched = [f'{k} {tuple(v.shape)} vs {tuple(own[k].shape)}'
                   for k, v in state_dict.items()
@@ -90,10 +169,17 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
                if k in own and v.shape == own[k].shape}
     unexpected = [k for k in state_dict if k not in own]
     missing = [k for k in own if k not in state_dict]
-    summary = (f'{owner}: loaded {len(matched)}/{len(own)} tensors from {checkpoint}'
-               f'; missing {len(missing)}{_first(missing)}; unexpected '
-               f'{len(unexpected)}{_first(unexpected)}; shape-mismatched (checkpoint '
-               f'vs model) {len(mismatched)}{_first(mismatched)}'
+    dropped = len(unexpected) + len(mismatched)
+    source = f' ({fmt.name} format, converted)' if fmt else ''
+    if dropped:
+        source += (f', dropping {dropped} of its {len(state_dict)} backbone '
+                   'tensors')
+    if skipped:
+        notes.insert(0, f'skipped {len(skipped)} non-backbone{_names(skipped)}')
+    summary = (f'{owner}: loaded {len(matched)}/{len(own)} tensors from '
+               f'{checkpoint}{source}; missing {len(missing)}{_names(missing)}; '
+               f'unexpected {len(unexpected)}{_names(unexpected)}; shape-mismatched '
+               f'(checkpoint vs model) {len(mismatched)}{_names(mismatched)}'
                + ''.join(f'; {n}' for n in notes))
     partial = bool(missing or unexpected or mismatched)
     if strict and partial:

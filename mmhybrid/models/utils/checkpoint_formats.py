@@ -1,0 +1,327 @@
+"""Public ImageNet checkpoint layouts -> ours: one registry, detected from the keys.
+
+Users arrive with weights in the layout of the code that trained them. Every
+layout we read is one :class:`Format` here: how to recognise it from its keys
+(``detect``), which of our backbones it converts into (``targets``), which of
+its keys are not backbone weights (``skip``: classifier heads, derived buffers)
+and how to rename/reshape the rest (``convert``). :func:`convert_state_dict`
+picks the format and runs it; :func:`~mmhybrid.models.utils.load_pretrained`
+(``init_cfg=dict(type='Pretrained', ...)``) and ``tools/convert/
+convert_checkpoint.py`` both go through it, so a file loads as it is.
+
+ViT layouts (into :class:`InfViT` / :class:`HAViT`; ours: ``layers.i.{norm1,
+attn.qkv | attn.{q,k,v}, attn.proj, ls1.gamma, norm2, ffn.{fc1,fc2},
+ls2.gamma}``, ``norm{i}`` per output layer):
+
+* ``openmmlab-vit``: mmpretrain / mmseg ``VisionTransformer`` (``layers.i.ln1``,
+  ``ffn.layers.0.0``, ``attn.gamma1``, mmseg's ``attn.attn.in_proj_weight``,
+  final ``ln1``).
+* ``timm-vit``: timm ``VisionTransformer`` (``deit_*``, ``vit_*``, ``deit3_*``)
+  and the official DeiT / DeiT-III code (facebookresearch/deit, which builds on
+  timm; DeiT-III stores ``blocks.i.gamma_1``), ``blocks.i.mlp.fc1``, final
+  ``norm``.
+* ``infsa``: the InfSA authors' ViT (giorgioroffo/infinite-self-attention,
+  ``encoder.layers.i.attn.{q,k,v,out}_proj``, scalar ``rho_logit``).
+
+Pyramid layouts (into :class:`SwinELFATT` / :class:`CSWin`; ours:
+``stages.i.blocks.j.{norm1, attn.{qkv, proj, relative_position_bias_table,
+lepe}, norm2, ffn.layers.0.0, ffn.layers.1}``, ``stages.i.downsample``,
+``norm{i}``): ``swin`` (microsoft/Swin-Transformer), ``timm-swin``,
+``openmmlab-swin`` (mmpretrain / mmseg ``SwinTransformer`` and mmseg's
+converted official weights) and ``cswin`` (microsoft/CSWin-Transformer). timm
+has no CSWin.
+"""
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable, Tuple
+
+import torch
+
+from .official_checkpoints import classifier_head, convert_cswin, convert_swin
+
+VIT, SWIN, CSWIN = ('InfViT', ), ('SwinELFATT', ), ('CSWin', )
+
+
+@dataclass(frozen=True)
+class Format:
+    """One public checkpoint layout.
+
+    Attributes:
+        name (str): short name shown in the load report.
+        source (str): who writes it, for messages.
+        targets (tuple[str]): our backbone classes (or their bases) it converts
+            into.
+        detect (callable): ``fn(keys) -> bool`` on the set of keys.
+        convert (callable): ``fn(state_dict, model) -> state_dict`` in our names.
+        skip (str): regex of keys that are no backbone weights (heads, buffers).
+    """
+    name: str
+    source: str
+    targets: Tuple[str, ...]
+    detect: Callable
+    convert: Callable
+    skip: str = r'^head\.'
+
+
+def _any(pattern):
+    regex = re.compile(pattern)
+    return lambda keys: any(regex.search(k) for k in keys)
+
+
+def _rename(state_dict, rules):
+    """Apply the first matching ``(regex, replacement)`` rule to every key."""
+    out = {}
+    for key, value in state_dict.items():
+        for pattern, repl in rules:
+            new, n = re.subn(pattern, repl, key)
+            if n:
+                key = new
+                break
+        out[key] = value
+    return out
+
+
+def _last_layer(model):
+    return len(model.layers) - 1
+
+
+# ----------------------------------------------------------------- ViT family
+def _openmmlab_vit(state_dict, model):
+    last = _last_layer(model)
+    return _rename(state_dict, [
+        (r'^(layers\.\d+)\.ln([12])\.', r'\1.norm\2.'),
+        (r'^(layers\.\d+)\.attn\.attn\.in_proj_', r'\1.attn.qkv.'),  # mmseg
+        (r'^(layers\.\d+)\.attn\.attn\.out_proj\.', r'\1.attn.proj.'),
+        (r'^(layers\.\d+)\.attn\.gamma1\.weight$', r'\1.ls1.gamma'),
+        (r'^(layers\.\d+)\.ffn\.gamma2\.weight$', r'\1.ls2.gamma'),
+        (r'^(layers\.\d+)\.ffn\.layers\.0\.0\.', r'\1.ffn.fc1.'),
+        (r'^(layers\.\d+)\.ffn\.layers\.1\.', r'\1.ffn.fc2.'),
+        (r'^ln1\.', f'norm{last}.'),
+    ])
+
+
+def _timm_vit(state_dict, model):
+    last = _last_layer(model)
+    state_dict = dict(state_dict)
+    if 'dist_token' in state_dict:  # DeiT distilled: [cls, dist, patches]
+        state_dict.pop('dist_token')
+        pos = state_dict['pos_embed']
+        state_dict['pos_embed'] = torch.cat((pos[:, :1], pos[:, 2:]), dim=1)
+    return _rename(state_dict, [
+        (r'^patch_embed\.proj\.', 'patch_embed.projection.'),
+        (r'^blocks\.(\d+)\.mlp\.fc([12])\.', r'layers.\1.ffn.fc\2.'),
+        (r'^blocks\.(\d+)\.gamma_([12])$', r'layers.\1.ls\2.gamma'),  # DeiT-III
+        (r'^blocks\.', 'layers.'),
+        (r'^norm\.', f'norm{last}.'),
+    ])
+
+
+def _infsa(state_dict, model):
+    """The authors' scalar ``rho`` scales every layer's attention once: each of
+    our heads gets ``gamma = rho`` (``discount='layer'``), or ``rho^(1/t)`` for a
+    pure layer at depth t with ``discount='depth'`` (the same function)."""
+    last = _last_layer(model)
+    out = _rename(state_dict, [
+        (r'^patch_embed\.', 'patch_embed.projection.'),
+        (r'^encoder\.norm\.', f'norm{last}.'),
+        (r'^encoder\.layers\.(\d+)\.attn\.([qkv])_proj\.', r'layers.\1.attn.\2.'),
+        (r'^encoder\.layers\.(\d+)\.attn\.out_proj\.', r'layers.\1.attn.proj.'),
+        (r'^encoder\.layers\.(\d+)\.ff\.0\.', r'layers.\1.ffn.fc1.'),
+        (r'^encoder\.layers\.(\d+)\.ff\.3\.', r'layers.\1.ffn.fc2.'),
+        (r'^encoder\.layers\.(\d+)\.attn\.rho_logit$', r'layers.\1.attn.gamma_logit'),
+        (r'^encoder\.layers\.', 'layers.'),
+    ])
+    for i, layer in enumerate(model.layers):
+        key = f'layers.{i}.attn.gamma_logit'
+        own = getattr(layer.attn, 'gamma_logit', None)
+        if key in out and own is not None:
+            rho = torch.sigmoid(out[key].double())
+            gamma = rho**(1. / getattr(layer.attn, 'power', 1))
+            out[key] = torch.logit(gamma).to(own.dtype).expand_as(own).clone()
+    return out
+
+
+# ------------------------------------------------------------- pyramid family
+def _timm_swin(state_dict, model):
+    """timm merges at the start of stages 1-3; the official code (and we) at
+    the end of stages 0-2. Its merge orders the 2x2 neighbours as the official
+    code does."""
+    shifted = _rename(state_dict, [
+        (r'^layers\.(\d+)\.downsample\.',
+         lambda m: f'layers.{int(m.group(1)) - 1}.downsample.'),
+    ])
+    return convert_swin(shifted)
+
+
+def _openmmlab_swin(state_dict, model):
+    return _rename(state_dict, [
+        (r'\.attn\.w_msa\.', '.attn.'),
+        (r'^norm\.', 'norm3.'),  # mmseg's swin2mmseg keeps the official name
+    ])
+
+
+FORMATS = (
+    Format('openmmlab-vit', 'mmpretrain / mmseg VisionTransformer', VIT,
+           _any(r'^layers\.\d+\.(ln1|ffn\.layers\.0\.0)\.'), _openmmlab_vit),
+    Format('timm-vit', 'timm VisionTransformer / official DeiT, DeiT-III', VIT,
+           _any(r'^blocks\.\d+\.(norm1|mlp\.fc1)\.'), _timm_vit,
+           skip=r'^(head|head_dist|fc_norm)\.'),
+    Format('infsa', 'InfSA authors (giorgioroffo/infinite-self-attention)', VIT,
+           _any(r'^encoder\.layers\.\d+\.attn\.q_proj\.'), _infsa),
+    Format('timm-swin', 'timm SwinTransformer', SWIN,
+           lambda keys: (_any(r'^layers\.\d+\.blocks\.')(keys)
+                         and _any(r'^layers\.[1-9]\d*\.downsample\.')(keys)
+                         and not _any(r'^layers\.0\.downsample\.')(keys)),
+           _timm_swin, skip=r'^head\.|relative_position_index$|attn_mask$'),
+    Format('swin', 'official Swin (microsoft/Swin-Transformer)', SWIN,
+           _any(r'^layers\.\d+\.blocks\.'), lambda sd, model: convert_swin(sd),
+           skip=r'^head\.|relative_position_index$|attn_mask$'),
+    Format('openmmlab-swin', 'mmpretrain / mmseg SwinTransformer', SWIN,
+           _any(r'^stages\.\d+\.blocks\.\d+\.attn\.w_msa\.'), _openmmlab_swin,
+           skip=r'^head\.|relative_position_index$|attn_mask$'),
+    Format('cswin', 'official CSWin (microsoft/CSWin-Transformer)', CSWIN,
+           _any(r'^stage1(_conv_embed)?\.'), lambda sd, model: convert_cswin(sd)),
+)
+
+
+def is_a(model, names):
+    """``model``'s class or one of its bases is named in ``names``."""
+    return any(cls.__name__ in names for cls in type(model).__mro__)
+
+
+def detect_format(state_dict):
+    """The :class:`Format` of ``state_dict``, or None for our own layout."""
+    keys = set(state_dict)
+    return next((f for f in FORMATS if f.detect(keys)), None)
+
+
+def convert_state_dict(state_dict, model):
+    """``state_dict`` in any registered layout -> ``model``'s names.
+
+    Returns:
+        tuple: ``(state_dict, format, skipped, notes)``: the converted state
+        dict, the :class:`Format` (None: already ours), the source keys left
+        out as no backbone weights and notes for the load report.
+    """
+    fmt = detect_format(state_dict)
+    skipped, notes = [], []
+    if fmt is not None:
+        if not is_a(model, fmt.targets):
+            raise ValueError(
+                f'this is a {fmt.name} checkpoint ({fmt.source}): it converts into '
+                f'{", ".join(fmt.targets)}, not {type(model).__name__}')
+        skip = re.compile(fmt.skip)
+        skipped = [k for k in state_dict if skip.search(k)]
+        if 'dist_token' in state_dict:
+            notes.append('distillation token dropped (not the same function as '
+                         'the distilled model)')
+        state_dict = fmt.convert(
+            {k: v for k, v in state_dict.items() if not skip.search(k)}, model)
+        if fmt.targets == SWIN and getattr(model, 'downsample', None) == 'conv':
+            notes.append("Swin's linear patch merging does not load into "
+                         "downsample='conv' (build with downsample='linear')")
+    if is_a(model, VIT):
+        state_dict = _fit_vit(state_dict, model, notes)
+    return state_dict, fmt, skipped, notes
+
+
+def _fit_vit(state_dict, model, notes):
+    """Class-token slot of the position embedding, a missing patch bias,
+    tied/untied q, k and fused/separate q, k, v."""
+    pos = state_dict.get('pos_embed')
+    extra = model.num_extra_tokens
+    if pos is not None and pos.dim() == 3:
+        tokens = pos.shape[1]
+        has_cls = _is_square(tokens - 1) and not _is_square(tokens)
+        if extra and not has_cls and _is_square(tokens):
+            # timm no_embed_class / DeiT-III: the class token gets no position
+            # embedding, i.e. a zero one
+            state_dict = dict(state_dict, pos_embed=torch.cat(
+                (pos.new_zeros(1, 1, pos.shape[2]), pos), dim=1))
+            notes.append('pos_embed given a zero class-token slot')
+        elif not extra and has_cls:
+            state_dict = dict(state_dict, pos_embed=pos[:, 1:])
+            notes.append('class-token pos_embed slot dropped (with_cls_token=False)')
+    bias = 'patch_embed.projection.bias'
+    if ('patch_embed.projection.weight' in state_dict and bias not in state_dict
+            and model.patch_embed.projection.bias is not None):
+        # mmseg's ViT has no patch bias by default: a zero one is that function
+        state_dict = dict(state_dict, **{bias: torch.zeros_like(
+            model.patch_embed.projection.bias)})
+        notes.append('zero patch_embed bias (the checkpoint has none)')
+    tied, filled, split = [], [], []
+    for i, layer in enumerate(model.layers):
+        attn = layer.attn
+        if not hasattr(attn, 'tie_qk'):
+            continue
+        qkv, k, q = f'layers.{i}.attn.qkv.', f'layers.{i}.attn.k.', f'layers.{i}.attn.q.'
+        if any(key.startswith(qkv) for key in state_dict):
+            # a softmax ViT's fused projection -> InfSA's q, k, v (an
+            # initialisation: InfSA is another function)
+            state_dict = dict(state_dict)
+            for key in [key for key in state_dict if key.startswith(qkv)]:
+                for name, part in zip('qkv', state_dict.pop(key).chunk(3)):
+                    state_dict[f'layers.{i}.attn.{name}.{key[len(qkv):]}'] = part
+            split.append(i)
+        has_k = any(key.startswith(k) for key in state_dict)
+        if attn.k is None and has_k and state_dict.get(
+                k + 'weight', attn.q.weight).shape == attn.q.weight.shape:
+            tied.append(i)  # (other widths: reported as another arch below)
+        elif attn.k is not None and not has_k and any(
+                key.startswith(q) for key in state_dict):
+            # a tied checkpoint: K = Q is the same function as k := q
+            state_dict = dict(state_dict, **{
+                k + key[len(q):]: value for key, value in state_dict.items()
+                if key.startswith(q)})
+            filled.append(i)
+    if split:
+        notes.append(f'attn.qkv of layers {split} split into the q, k, v of InfSA '
+                     '(an initialisation, not the same function)')
+    if tied:
+        raise ValueError(
+            f'the checkpoint has separate key projections (attn.k) for layers '
+            f'{tied}, but {type(model).__name__} ties them to the queries '
+            '(tie_qk=True, the default of linear InfSA): loading it would drop '
+            'them and change the function. Build the model with tie_qk=False.')
+    if filled:
+        notes.append(f'attn.k of layers {filled} set to attn.q (a tied-Q=K '
+                     'checkpoint into an untied model: the same function)')
+    return state_dict
+
+
+def _is_square(n):
+    return n > 0 and math.isqrt(n)**2 == n
+
+
+def convert_checkpoint_file(src, dst, model):
+    """Write ``src`` (any registered layout) as an mmpretrain-classifier checkpoint
+    for ``model``: ``backbone.*`` in our layout, plus the classifier as
+    ``head.fc.*`` where the source has a linear ``head`` (an mmpretrain
+    checkpoint's own non-backbone keys are kept as they are). The file loads
+    into an ``ImageClassifier`` and, through ``init_cfg=dict(type='Pretrained',
+    checkpoint=dst)``, into the backbone alone.
+
+    Returns:
+        tuple: ``(state_dict, format)`` as written and the detected
+        :class:`Format` (None: already ours).
+    """
+    from mmengine.runner.checkpoint import CheckpointLoader
+
+    from .pretrained import extract_state_dict
+    state_dict = extract_state_dict(
+        CheckpointLoader.load_checkpoint(str(src), map_location='cpu'))
+    if any(k.startswith('backbone.') for k in state_dict):
+        others = {k: v for k, v in state_dict.items()
+                  if not k.startswith('backbone.')}
+        state_dict = {k[len('backbone.'):]: v for k, v in state_dict.items()
+                      if k.startswith('backbone.')}
+    else:
+        others = classifier_head(state_dict)
+    converted, fmt, _, _ = convert_state_dict(state_dict, model)
+    out = {f'backbone.{k}': v for k, v in converted.items()}
+    out.update(others)
+    meta = dict(converted_from=str(src), format=fmt.name if fmt else 'mmhybrid',
+                model=type(model).__name__)
+    torch.save({'state_dict': out, 'meta': meta}, str(dst))
+    return out, fmt
