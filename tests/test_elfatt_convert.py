@@ -14,7 +14,6 @@ from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
 from mmhybrid.models.backbones import CSWin, SwinELFATT
-from mmhybrid.models.backbones import swin_elfatt as swin_module
 from mmhybrid.models.utils import (convert_checkpoint_file, convert_cswin,
                                    convert_swin, load_pretrained)
 from mmhybrid.utils import register_scope
@@ -136,8 +135,7 @@ def test_elfatt_variant_loads_every_matching_tensor(name, tmp_path):
     torch.save({'model': sd}, path)
     model = cls(arch=arch, attn='elfatt', out_indices=(3, ), block_sizes=(4, 4, 16, 4),
                 **kw)
-    missing, unexpected = load_pretrained(model, str(path),
-                                          converter=model.convert_checkpoint)
+    missing, unexpected = load_pretrained(model, str(path))
     converted = convert(sd)
     own = model.state_dict()
     shared = [k for k in converted if k in own and own[k].shape == converted[k].shape]
@@ -156,19 +154,6 @@ def test_elfatt_variant_loads_every_matching_tensor(name, tmp_path):
             conv and '.downsample.' in k) for k in unexpected)
     else:  # same tensors, only the attention computation changes
         assert missing == [] and unexpected == []
-
-
-def test_conv_merging_swin_says_official_merges_do_not_load(monkeypatch):
-    messages = []
-    monkeypatch.setattr(swin_module, 'print_log',
-                        lambda msg, **kwargs: messages.append(msg))
-    sd = official_swin(SWIN)
-    for downsample in ('linear', 'conv'):
-        model = SwinELFATT(arch=SWIN, window_size=4, block_sizes=(4, 4, 16, 4),
-                           downsample=downsample)
-        assert model.convert_checkpoint(sd).keys() == convert_swin(sd).keys()
-        assert len(messages) == (downsample == 'conv')
-    assert "downsample='linear'" in messages[0]
 
 
 def test_swin_patch_merging_order():

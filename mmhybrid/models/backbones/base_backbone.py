@@ -173,11 +173,6 @@ class BaseBackbone(BaseModule):
             if getattr(self, key, None) is not None:
                 trunc_normal_(getattr(self, key), std=.02)
 
-    @staticmethod
-    def convert_checkpoint(state_dict):
-        """Map a public checkpoint layout to ours; identity by default."""
-        return state_dict
-
     def check_input(self, x):
         """A (B, C, H, W) batch with the stem's channels and at least
         ``min_input_size`` pixels per side."""
@@ -210,8 +205,7 @@ class BaseBackbone(BaseModule):
                 self, cfg['checkpoint'], prefix=cfg.get('prefix'),
                 map_location=cfg.get('map_location', 'cpu'),
                 pos_embed_keys=self.pos_embed_keys,
-                num_extra_tokens=self.num_extra_tokens,
-                converter=self.convert_checkpoint, strict=cfg.get('strict'))
+                num_extra_tokens=self.num_extra_tokens, strict=cfg.get('strict'))
         self._is_init = True
         self._freeze_stages()
 

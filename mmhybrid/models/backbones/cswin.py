@@ -7,7 +7,6 @@ of Han et al. 2023 (FLatten).
 """
 from mmhybrid.layers import ConvMerging, CrossShapedWindowAttention, SoftmaxAttention
 from mmhybrid.registry import register_model
-from ..utils.official_checkpoints import convert_cswin, is_official_cswin
 from .base_backbone import resolve_arch
 from .hierarchical_attention import HierarchicalAttentionBackbone
 
@@ -28,8 +27,6 @@ class CSWin(HierarchicalAttentionBackbone):
         block_sizes (tuple[int], optional): ELFATT block per stage (overrides
             the arch): ``'t'`` 49-49-196-49, ``'b'`` 196-196-196-49, the sizes
             Table 1's FLOPs of CSWin-T/B-ELFATT imply (docs/design.md).
-        convert_weights (bool, optional): the Pretrained checkpoint is an
-            official CSWin one; None detects it from its keys.
         **kwargs: see :class:`HierarchicalAttentionBackbone`.
     """
     arch_zoo = {
@@ -60,9 +57,3 @@ class CSWin(HierarchicalAttentionBackbone):
             return SoftmaxAttention(dims, num_heads, **kwargs)
         return CrossShapedWindowAttention(dims, num_heads,
                                           split_size=self.split_sizes[stage], **kwargs)
-
-    def convert_checkpoint(self, state_dict):
-        if self.convert_weights or (self.convert_weights is None
-                                    and is_official_cswin(state_dict)):
-            return convert_cswin(state_dict)
-        return state_dict

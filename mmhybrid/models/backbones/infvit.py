@@ -15,7 +15,6 @@ from mmengine.model.weight_init import trunc_normal_
 
 from mmhybrid.layers import (Block, InfSAttention, MixerState, Mlp,
                              SoftmaxAttention, link_history)
-from mmhybrid.layers.mixers.infsa import gamma_to_logit
 from mmhybrid.registry import register_model
 from ..utils import resize_pos_embed
 from .base_backbone import (BaseBackbone, check_rates,
@@ -97,7 +96,8 @@ class InfViT(BaseBackbone):
             the first n layers. norm_eval, with_cp, pretrained, init_cfg: see
             BaseBackbone;
             ``init_cfg=dict(type='Pretrained', checkpoint=...)`` also reads the
-            public ``infsa`` ViT layout (see :meth:`convert_checkpoint`).
+            ViT checkpoints of mmpretrain, mmseg, timm and the InfSA authors
+            (docs/weights.md).
     """
     out_unit = 'layers'
     arch_zoo = ARCH_ZOO
@@ -187,53 +187,6 @@ class InfViT(BaseBackbone):
         for m in self.modules():
             if isinstance(m, InfSAttention):
                 m.reset_gamma()
-
-    def convert_checkpoint(self, state_dict):
-        """Map the public ``infsa`` ViT layout onto ours; other layouts pass through.
-
-        The reference ``ImageClassifier`` (github.com/giorgioroffo/
-        infinite-self-attention, examples/custom_transformer.py) stores
-        ``patch_embed`` (a Conv2d), ``cls_token``, ``pos_embed``,
-        ``encoder.layers.i.{norm1,norm2,attn.{q,k,v,out}_proj,attn.rho_logit,
-        ff.0,ff.3}``, ``encoder.norm`` and ``head``. Its scalar ``rho`` multiplies
-        the attention of every layer once: every head gets ``gamma = rho``
-        (``discount='layer'``), or ``gamma = rho^(1/t)`` for a pure layer at
-        depth t with ``discount='depth'`` (the same function either way). The
-        classifier head is dropped.
-        """
-        if not any(k.startswith('encoder.layers.') for k in state_dict):
-            return state_dict
-        renames = {'attn.q_proj': 'attn.q', 'attn.k_proj': 'attn.k',
-                   'attn.v_proj': 'attn.v', 'attn.out_proj': 'attn.proj',
-                   'ff.0': 'ffn.fc1', 'ff.3': 'ffn.fc2'}
-        last = len(self.layers) - 1
-        out = {}
-        for key, value in state_dict.items():
-            if key.startswith('head.'):
-                continue
-            if key.startswith('patch_embed.'):
-                key = key.replace('patch_embed.', 'patch_embed.projection.', 1)
-            elif key.startswith('encoder.norm.'):
-                key = key.replace('encoder.norm.', f'norm{last}.', 1)
-            elif key.startswith('encoder.layers.'):
-                index, rest = key[len('encoder.layers.'):].split('.', 1)
-                for old, new in renames.items():
-                    if rest.startswith(old + '.'):
-                        rest = new + rest[len(old):]
-                if rest == 'attn.rho_logit':
-                    rest, value = 'attn.gamma_logit', self._rho_to_gamma_logit(
-                        int(index), value)
-                key = f'layers.{index}.{rest}'
-            out[key] = value
-        return out
-
-    def _rho_to_gamma_logit(self, index, rho_logit):
-        if index >= len(self.layers) or not isinstance(
-                self.layers[index].attn, InfSAttention):
-            return rho_logit
-        attn = self.layers[index].attn
-        rho = torch.sigmoid(rho_logit.double()).item()
-        return torch.full((attn.num_heads, ), gamma_to_logit(rho**(1 / attn.power)))
 
     def forward(self, x):
         self.check_input(x)

@@ -10,14 +10,10 @@ Swin's linear merging, and ELFATT's blocks are 14x14 windows in stages 1-3: Tabl
 GLOBAL and EFFATT rows) and Tables 1-3's FLOPs imply exactly that (docs/design.md,
 "ELFATT").
 """
-import logging
-
 from mmcv.cnn.bricks.transformer import PatchMerging
-from mmengine.logging import print_log
 
 from mmhybrid.layers import ConvMerging, ShiftedWindowAttention
 from mmhybrid.registry import register_model
-from ..utils.official_checkpoints import convert_swin, is_official_swin
 from .hierarchical_attention import HierarchicalAttentionBackbone
 
 DOWNSAMPLES = ('conv', 'linear')
@@ -45,8 +41,9 @@ class SwinELFATT(HierarchicalAttentionBackbone):
         window_size (int): Swin window of the ``'local'`` blocks.
         strides (tuple[int]): (patch, 2, 2, 2) as in mmdet.
         patch_norm (bool): LayerNorm after the stem.
-        convert_weights (bool, optional): the Pretrained checkpoint is an
-            official Swin one; None detects it from its keys.
+        convert_weights (bool, optional): True: the model is built to load a
+            Swin checkpoint (linear merges); the checkpoint's layout itself is
+            detected from its keys (docs/weights.md).
         **kwargs: see :class:`HierarchicalAttentionBackbone`.
     """
     arch_zoo = {
@@ -87,15 +84,3 @@ class SwinELFATT(HierarchicalAttentionBackbone):
     def build_local_attention(self, stage, index, dims, num_heads, lepe, **kwargs):
         return ShiftedWindowAttention(dims, num_heads, window_size=self.window_size,
                                       shift=index % 2 == 1, **kwargs)
-
-    def convert_checkpoint(self, state_dict):
-        if self.convert_weights or (self.convert_weights is None
-                                    and is_official_swin(state_dict)):
-            if self.downsample == 'conv':
-                print_log("An official Swin checkpoint has linear patch merging; this "
-                          "model merges with convolutions (downsample='conv'), so "
-                          "stages.*.downsample keep their initialisation. Build it "
-                          "with downsample='linear' to load them.",
-                          logger='current', level=logging.WARNING)
-            return convert_swin(state_dict)
-        return state_dict

@@ -102,7 +102,7 @@ def _resize(state_dict, own, pos_embed_keys, num_extra_tokens, owner):
 
 def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
                     pos_embed_keys=('pos_embed', ), num_extra_tokens=0,
-                    converter=None, strict=None, logger='current'):
+                    strict=None, logger='current'):
     """Load a bare backbone state dict or a full model checkpoint into ``module``.
 
     * ``prefix``: keep only keys starting with it (stripped). When None and every
@@ -111,8 +111,7 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
     * the layout is detected from the keys (:mod:`.checkpoint_formats`: mmpretrain,
       mmseg, timm, official DeiT/Swin/CSWin, the InfSA authors' code) and
       converted to ours; classifier heads and derived buffers of those layouts
-      are left out and counted as skipped. ``converter`` (``fn(state_dict) ->
-      state_dict``, a backbone's own) runs on a checkpoint already in our layout.
+      are left out and counted as skipped.
     * position embeddings named in ``pos_embed_keys`` are resized to the module's
       grid (square source grid, extra tokens kept) and Swin relative-position-bias
       tables to its window size; a patch embedding of another patch size is an
@@ -156,8 +155,6 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
             raise ValueError(f'no key of {checkpoint} starts with {prefix!r}; its '
                              f'keys start with {heads[:8]}: set init_cfg prefix=')
     state_dict, fmt, skipped, notes = convert_state_dict(state_dict, module)
-    if fmt is None and converter is not None:
-        state_dict = converter(state_dict)
     own = module.state_dict()
     _patch_size_check(state_dict, own, owner)
     notes += _resize(state_dict, own, pos_embed_keys, num_extra_tokens, owner)
