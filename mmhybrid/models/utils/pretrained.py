@@ -1,7 +1,7 @@
 """``init_cfg=dict(type='Pretrained', ...)`` for mmhybrid backbones."""
 from mmengine.logging import print_log
-from mmengine.runner.checkpoint import CheckpointLoader
 
+from mmhybrid.utils.checkpoint import load_checkpoint
 from .pos_embed import resize_pos_embed, square_grid
 
 # with strict=None, at least this fraction of the model's tensors must load
@@ -47,7 +47,7 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
     """
     owner = type(module).__name__
     try:
-        raw = CheckpointLoader.load_checkpoint(checkpoint, map_location=map_location)
+        raw = load_checkpoint(checkpoint, map_location=map_location)
     except FileNotFoundError as err:
         raise FileNotFoundError(
             f"{owner} init_cfg=dict(type='Pretrained', checkpoint={checkpoint!r}): "
