@@ -6,7 +6,8 @@ reports the cosine similarity and Spearman correlation between the closed-form
 weights ``a`` (Eq. 16-20) and the power-iteration Perron vector (Eq. 25-26, 200
 iterations), for several token counts. Prints a table, writes CSV and a PNG.
 
-    python projects/infsa_eigen_alignment/eigen_alignment.py [--out work_dirs/infsa_alignment]
+    python projects/infsa_eigen_alignment/eigen_alignment.py \
+        [--out work_dirs/infsa_alignment]
 """
 import argparse
 import os
