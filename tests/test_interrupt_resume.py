@@ -49,6 +49,7 @@ def fsync(fd):
 
 os.fsync = fsync
 sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))  # as for a script
 runpy.run_path(sys.argv[0], run_name='__main__')
 '''
 
