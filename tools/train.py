@@ -93,7 +93,10 @@ def main():
         cfg.auto_scale_lr.enable = True
     resume_from = args.resume
     if resume_from == 'auto':
-        resume_from = find_latest_checkpoint(cfg.work_dir)
+        try:
+            resume_from = find_latest_checkpoint(cfg.work_dir)
+        except RuntimeError as err:  # only damaged checkpoints in the work dir
+            raise SystemExit(f'error: {err}') from None
     if resume_from is not None:
         cfg.resume, cfg.load_from = True, trusted_path(resume_from)
     elif args.resume == 'auto':
