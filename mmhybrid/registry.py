@@ -8,6 +8,7 @@ Two OpenMMLab habits are supported from any caller scope (mmseg, mmdet, mmpretra
 * ``type='SoLAVision'`` after ``custom_imports=dict(imports=['mmhybrid'])``: public
   models are also put in mmengine's root registry, which every scope searches last.
 """
+from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import Registry
 
@@ -16,6 +17,12 @@ MODELS = Registry(
     parent=MMENGINE_MODELS,
     scope='mmhybrid',
     locations=['mmhybrid.models'])
+# hooks: configs name them ``type='mmhybrid.AtomicCheckpointHook'``
+HOOKS = Registry(
+    'hook',
+    parent=MMENGINE_HOOKS,
+    scope='mmhybrid',
+    locations=['mmhybrid.engine'])
 
 
 def register_model(name=None):

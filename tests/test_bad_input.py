@@ -255,3 +255,14 @@ def test_test_tool_missing_data_and_bad_out(monkeypatch, toy_data, tmp_path):
                        '--out', tmp_path / 'preds.json')
     assert message.endswith('give a path ending in .pkl')
     assert not (tmp_path / 'w').exists()
+
+
+def test_train_resume_refuses_only_damaged_checkpoints(monkeypatch, toy_data, tmp_path):
+    work_dir = tmp_path / 'work'
+    work_dir.mkdir()
+    (work_dir / 'iter_2.pth').write_bytes(b'PK\x03\x04 cut off mid-save')
+    (work_dir / 'last_checkpoint').write_text(str(work_dir / 'iter_2.pth'))
+    message = run_tool('train', monkeypatch, small_config(tmp_path, toy_data['ade']),
+                       '--work-dir', work_dir, '--resume')
+    assert message.startswith(f'error: cannot resume from {work_dir}: ')
+    assert 'no intact checkpoint is there' in message and 'pass --resume' in message

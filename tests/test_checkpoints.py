@@ -8,15 +8,14 @@ import numpy as np
 import pytest
 import torch
 from mmengine.logging import HistoryBuffer, MMLogger
-from mmengine.runner import checkpoint as mmengine_checkpoint
 from mmengine.runner import load_checkpoint
 from mmengine.runner.checkpoint import CheckpointLoader
 
 from mmhybrid.models.backbones import SoLAVision, SwinELFATT
 from mmhybrid.models.utils import load_pretrained
 from mmhybrid.utils import CheckpointError, resave_weights_only
-from mmhybrid.utils.checkpoint_compat import (TRUST_ENV, from_weights_only,
-                                              to_weights_only)
+from mmhybrid.utils import checkpoint as ckpt
+from mmhybrid.utils.checkpoint import from_weights_only, to_weights_only
 
 # like SoLA-T and SoLA-S: one schedule, equal stage-1 width, wider later stages
 ARCH_T = dict(embed_dims=(16, 24, 32, 40), schedule='LL/L/LS/S', hsb_routes=())
@@ -27,8 +26,8 @@ def sola(arch=ARCH_T, **kwargs):
     return SoLAVision(arch=arch, head_dim=16, **kwargs)
 
 
-def load(path):
-    return CheckpointLoader.load_checkpoint(str(path), map_location='cpu')
+def load(path, trusted=False):
+    return ckpt.load_local_checkpoint(str(path), map_location='cpu', trusted=trusted)
 
 
 class RunsCode:
@@ -52,8 +51,7 @@ def test_weights_only_round_trip(tmp_path):
         'meta': {'dataset_meta': {'classes': ('a', 'b'), 'palette': [[1, 2, 3]]}},
     }
     path = tmp_path / 'ckpt.pth'
-    # mmengine's saver (which the runners call), wrapped by `import mmhybrid`
-    mmengine_checkpoint.save_checkpoint(checkpoint, str(path))
+    torch.save(to_weights_only(checkpoint), path)  # what AtomicCheckpointHook saves
     raw = torch.load(path, weights_only=True)  # no allow-list, no mmhybrid
     assert torch.equal(raw['state_dict']['w'], checkpoint['state_dict']['w'])
     back = load(path)
@@ -82,7 +80,7 @@ def test_state_dict_metadata_and_unchanged_objects_are_kept(tmp_path):
     assert back['state_dict']._metadata == state._metadata  # BatchNorm's version
 
 
-def test_old_full_pickle_needs_trust_and_can_be_resaved(tmp_path, monkeypatch):
+def test_old_full_pickle_needs_trust_and_can_be_resaved(tmp_path):
     path = tmp_path / 'old.pth'
     torch.save({'state_dict': {'w': torch.ones(1)}, 'hub': HistoryBuffer([1.], [1]),
                 'n': np.ones(2)}, path)
@@ -90,13 +88,23 @@ def test_old_full_pickle_needs_trust_and_can_be_resaved(tmp_path, monkeypatch):
         load(path)
     message = str(err.value)
     assert 'mmengine.logging.history_buffer.HistoryBuffer' in message
-    assert f'{TRUST_ENV}=1' in message and 'resave_weights_only' in message
-    monkeypatch.setenv(TRUST_ENV, '1')
-    assert isinstance(load(path)['hub'], HistoryBuffer)
+    assert '--resume' in message and 'resave_weights_only' in message
+    assert isinstance(load(path, trusted=True)['hub'], HistoryBuffer)
     resave_weights_only(str(path))
-    monkeypatch.delenv(TRUST_ENV)
     assert isinstance(torch.load(path, weights_only=True)['hub'], dict)
     assert isinstance(load(path)['hub'], HistoryBuffer)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['old.pth']  # no temp file
+
+
+def test_trusted_scheme_of_the_tools(tmp_path):
+    """``trusted_path`` (tools/train.py --resume, tools/test.py) goes through
+    mmengine's CheckpointLoader, which the Runner calls."""
+    path = tmp_path / 'old.pth'
+    torch.save({'hub': HistoryBuffer([1.], [1])}, path)
+    loaded = CheckpointLoader.load_checkpoint(ckpt.trusted_path(str(path)))
+    assert isinstance(loaded['hub'], HistoryBuffer)
+    with pytest.raises(pickle.UnpicklingError):  # a plain path: torch's default
+        CheckpointLoader.load_checkpoint(str(path))
 
 
 def test_checkpoint_that_runs_code_is_refused(tmp_path):
@@ -105,8 +113,10 @@ def test_checkpoint_that_runs_code_is_refused(tmp_path):
     torch.save({'state_dict': {}, 'payload': RunsCode(str(victim))}, path)
     with pytest.raises(CheckpointError, match='os.makedirs|posix.makedirs'):
         load(path)
-    model = torch.nn.Linear(1, 1)
     with pytest.raises(CheckpointError, match='not unpickled'):
+        ckpt.load_checkpoint(str(path))  # init_cfg Pretrained
+    model = torch.nn.Linear(1, 1)
+    with pytest.raises(pickle.UnpicklingError, match='Weights only load failed'):
         load_checkpoint(model, str(path))  # what mmseg/mmdet's init_model call
     assert not victim.exists()
 
@@ -134,17 +144,14 @@ def _bad_files(tmp_path):
 
 
 @pytest.mark.parametrize('trusted', [False, True])
-def test_corrupt_files_are_not_mistaken_for_untrusted_ones(tmp_path, monkeypatch,
-                                                            trusted):
-    if trusted:
-        monkeypatch.setenv(TRUST_ENV, '1')
+def test_corrupt_files_are_not_mistaken_for_untrusted_ones(tmp_path, trusted):
     for path, message in _bad_files(tmp_path).items():
         with pytest.raises(CheckpointError) as err:
-            load(path)
+            load(path, trusted)
         text = str(err.value)
         assert f'checkpoint {path} {message}' in text, text
         assert 'save or download it again' in text
-        assert TRUST_ENV not in text and 'not unpickled' not in text
+        assert 'not unpickled' not in text
 
 
 def test_missing_file(tmp_path):

@@ -20,7 +20,6 @@ from mmhybrid.analysis import (Complexity, count_flops, delta_rule_macs,
                                historical_attention_macs, register_flops,
                                sliding_window_macs, wkv_macs)
 from mmhybrid.analysis.flop_counter import FLOP_FORMULAS
-from mmhybrid.analysis.paper_figures import ARCH_FIGURES, PAPER_FIGURES
 from mmhybrid.layers import (BidirectionalGatedDeltaNet, HistoricalAttention,
                              SlidingWindowAttention, SpatialMix)
 from mmhybrid.models.backbones import HAViT, SoLAVision
@@ -389,6 +388,19 @@ def load_tool():
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     return tool
+
+
+# the rows of configs/<family>/metafile.yml, as get_flops.py reads them
+_, PAPER_FIGURES, ARCH_FIGURES = load_tool().read_metafiles()
+
+
+def test_metafiles_name_existing_configs_and_every_family():
+    assert {e['paper'] for e in PAPER_FIGURES} == {'sola', 'elfatt', 'infvit'}
+    assert {e['type'] for e in ARCH_FIGURES} == {
+        'SoLAVision', 'InfiniteVLVision', 'HAViT', 'SwinELFATT', 'CSWin', 'InfViT'}
+    for entry in PAPER_FIGURES:
+        assert (REPO / entry['config']).is_file(), entry['config']
+        assert entry['params'] > 0 and entry['part'] in ('backbone', 'model')
 
 
 def test_get_flops_tool_on_a_detector(capsys):

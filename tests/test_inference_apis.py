@@ -1,5 +1,6 @@
-"""Checkpoints written by a real (toy) training load with the standard inference
-APIs (``mmseg.apis.init_model``, ``mmdet.apis.init_detector``) under torch's
+"""Checkpoints written by a real (toy) training with our config bases'
+``mmhybrid.AtomicCheckpointHook`` load with the standard inference APIs
+(``mmseg.apis.init_model``, ``mmdet.apis.init_detector``) under torch's
 weights-only default, nothing edited or trusted; tools/test.py's upstream
 ``--out``, ``--show-dir`` and ``--tta`` on the same checkpoints."""
 import importlib.util
@@ -11,8 +12,8 @@ import mmengine
 import pytest
 import torch
 
+from _common import ConfigError, apply_test_options, load_config
 from _toy_runner import build_toy_runner, toy_config
-from mmhybrid.utils.config import ConfigError, apply_test_options, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {'seg': ROOT / 'configs/sola/demo/upernet_sola-t_toy-ade.py',
@@ -28,8 +29,8 @@ def trained(toy_data, tmp_path_factory):
         work_dir = tmp_path_factory.mktemp(task)
         cfg = toy_config(config, toy_data, work_dir, iters=1, validate=False)
         by_epoch = cfg.train_cfg.get('type') == 'EpochBasedTrainLoop'
-        cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=1,
-                                            by_epoch=by_epoch)
+        cfg.default_hooks.checkpoint = dict(
+            type='mmhybrid.AtomicCheckpointHook', interval=1, by_epoch=by_epoch)
         build_toy_runner(cfg, iters=1).train()
         checkpoints[task], = work_dir.glob('*_1.pth')
     return checkpoints

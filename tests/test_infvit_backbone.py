@@ -1,4 +1,7 @@
 """InfViT backbone: paper param counts, InfSA layers, OpenMMLab backbone behaviour."""
+from pathlib import Path
+
+import mmengine
 import pytest
 import torch
 from mmengine.registry import DefaultScope
@@ -6,10 +9,16 @@ from mmengine.registry import DefaultScope
 import mmhybrid  # noqa: F401
 from mmhybrid.layers import InfSAttention
 from mmhybrid.models.backbones import InfViT
-from mmhybrid.models.backbones.infvit import ARCH_ZOO, PAPER_PARAMS
+from mmhybrid.models.backbones.infvit import ARCH_ZOO
 from mmhybrid.ops.infsa import naive_linear_infsa, naive_pure_infsa
 from mmhybrid.utils import register_scope
 
+# Table 1 / 3 parameter counts (classifier included) from configs/infvit/metafile.yml
+PAPER_PARAMS = {
+    m['Paper Figures']['Cfg Options']['model.backbone.arch']: m['Metadata']['Parameters']
+    for m in mmengine.load(Path(__file__).resolve().parents[1] /
+                           'configs/infvit/metafile.yml')['Models']
+    if 'Paper Figures' in m}
 TINY = dict(embed_dims=32, depth=3, num_heads=4, mlp_ratio=2., attn_types='PLP')
 
 

@@ -1,4 +1,5 @@
-"""SIGKILL and ``--resume`` with ``tools/train.py`` in subprocesses (toy data).
+"""SIGKILL and ``--resume`` with ``tools/train.py`` in subprocesses (toy data),
+checkpoints written by ``mmhybrid.AtomicCheckpointHook`` (our config bases).
 
 * A run killed right after a checkpoint and resumed with ``--resume`` goes on
   from the saved iteration, ends at the same iteration as an uninterrupted run
@@ -22,9 +23,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from mmengine.runner.checkpoint import save_checkpoint
+
 import mmhybrid  # noqa: F401
-from mmhybrid.utils import build_runner, load_config
-from mmhybrid.utils.atomic_checkpoint import find_latest_checkpoint, is_intact
+from _common import build_runner, load_config
+from mmhybrid.engine.hooks.checkpoint_hook import ATOMIC_BACKEND
+from mmhybrid.utils.checkpoint import find_latest_checkpoint, is_intact
 
 from _tiny_toy_config import write_tiny_toy_config
 
@@ -45,6 +49,7 @@ def fsync(fd):
 
 os.fsync = fsync
 sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))  # as for a script
 runpy.run_path(sys.argv[0], run_name='__main__')
 '''
 
@@ -200,7 +205,8 @@ def test_damaged_checkpoints_never_resumed(tmp_path):
 
 
 def test_checkpoint_writes_are_atomic(tmp_path, monkeypatch):
-    from mmengine.runner.checkpoint import save_checkpoint
+    # mmengine's saver as the Runner calls it for AtomicCheckpointHook
+    backend_args = dict(backend=ATOMIC_BACKEND)
     path = tmp_path / 'ckpt.pth'
     _checkpoint(path, 1)
 
@@ -209,12 +215,12 @@ def test_checkpoint_writes_are_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, 'fsync', fail)
     with pytest.raises(OSError, match='disk full'):
-        save_checkpoint({'meta': {'iter': 2}}, str(path))
+        save_checkpoint({'meta': {'iter': 2}}, str(path), backend_args=backend_args)
     monkeypatch.undo()
     # the old file is untouched, no temporary file is left behind
     assert torch.load(path, weights_only=True)['meta']['iter'] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ['ckpt.pth']
-    save_checkpoint({'meta': {'iter': 2}}, str(path))
+    save_checkpoint({'meta': {'iter': 2}}, str(path), backend_args=backend_args)
     assert torch.load(path, weights_only=True)['meta']['iter'] == 2
     assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
 

@@ -1,21 +1,24 @@
 """Resuming an interrupted run with the real Runner (torch >= 2.6 weights_only).
 
 mmengine 0.10 checkpoints hold more than tensors, so torch's weights_only
-default refuses them; ``import mmhybrid`` writes them in a weights-only form
-(rebuilt on load), trusts ``Runner.resume`` for older full pickles (the user's
-own files) and keeps refusing untrusted full pickles with a clear error.
+default refuses them. ``mmhybrid.AtomicCheckpointHook`` (our config bases) writes
+them in a weights-only form and rebuilds the objects on load, so mmengine's own
+``resume=True`` works unchanged; a checkpoint of mmengine's own CheckpointHook
+(a full pickle) resumes only as the user's trusted file (``trusted_path``, what
+``tools/train.py --resume`` passes) and is refused by ``init_cfg`` Pretrained.
 """
+import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from mmengine.hooks import Hook
-from mmengine.logging import HistoryBuffer
 
 from _toy_runner import build_toy_runner, toy_config
 from mmhybrid.models.backbones.sola_vision import SoLAVision
 from mmhybrid.models.utils import load_pretrained
-from mmhybrid.utils import trusted_checkpoints
+from mmhybrid.utils import CheckpointError, trusted_path
 
 CONFIG = (Path(__file__).resolve().parents[1] /
           'configs/sola/demo/upernet_sola-t_toy-ade.py')
@@ -48,54 +51,76 @@ class RecordStart(Hook):
             self.first_iter = runner.iter
 
 
-def _cfg(toy_data, work_dir):
+def _cfg(toy_data, work_dir, hook='mmhybrid.AtomicCheckpointHook'):
     cfg = toy_config(CONFIG, toy_data, work_dir, iters=4, validate=False)
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', by_epoch=False,
-                                        interval=2)
+    cfg.default_hooks.checkpoint = dict(type=hook, by_epoch=False, interval=2)
     return cfg
 
 
-@pytest.fixture(scope='module')
-def interrupted(toy_data, tmp_path_factory):
-    """Work dir of a 4-iteration run interrupted after iteration 2."""
-    work_dir = tmp_path_factory.mktemp('interrupted')
-    runner = build_toy_runner(_cfg(toy_data, work_dir), iters=4)
+def _interrupt(cfg):
+    runner = build_toy_runner(cfg, iters=4)
     runner.register_hook(InterruptAfter(2))
     with pytest.raises(Interrupt):
         runner.train()
+    work_dir = Path(cfg.work_dir)
     assert (work_dir / 'iter_2.pth').is_file()
-    return work_dir, runner.model.state_dict()
+    return runner.model.state_dict()
 
 
-def test_resume_continues_from_checkpoint(toy_data, interrupted):
-    work_dir, state_at_2 = interrupted
-    cfg = _cfg(toy_data, work_dir)
-    cfg.resume = True  # latest checkpoint of the work dir
+def _resume(cfg, load_from=None):
+    """Train ``cfg`` to iteration 4, resuming (from the latest checkpoint of its
+    work dir unless ``load_from``); the first iteration it trains."""
+    cfg.resume, cfg.load_from = True, load_from
     runner = build_toy_runner(cfg, iters=4)
     start = RecordStart()
     runner.register_hook(start)
     runner.train()
-    assert start.first_iter == 2
     assert runner.iter == 4
+    return start.first_iter
+
+
+@pytest.fixture(scope='module')
+def interrupted(toy_data, tmp_path_factory):
+    """Work dir of a 4-iteration run interrupted after iteration 2 (our hook)."""
+    work_dir = tmp_path_factory.mktemp('interrupted')
+    return work_dir, _interrupt(_cfg(toy_data, work_dir))
+
+
+def test_mmengine_resume_continues_from_our_checkpoint(toy_data, interrupted):
+    work_dir, state_at_2 = interrupted
+    # written weights-only: torch's default mode reads it, no trust needed
+    raw = torch.load(work_dir / 'iter_2.pth', weights_only=True)
+    assert {'message_hub', 'optimizer', 'param_schedulers'} <= set(raw)
+    assert _resume(_cfg(toy_data, work_dir)) == 2  # mmengine's own auto-resume
     assert (work_dir / 'iter_4.pth').is_file()
     # training went on from the interrupted weights
     resumed = torch.load(work_dir / 'iter_4.pth', map_location='cpu',
-                         weights_only=False)['state_dict']
+                         weights_only=True)['state_dict']
     key = 'decode_head.conv_seg.weight'
     assert not torch.equal(resumed[key], state_at_2[key])
 
 
-def test_training_checkpoint_loads_untrusted_full_pickle_refused(
+def test_full_pickle_resumes_only_trusted(toy_data, tmp_path):
+    work_dir = tmp_path / 'upstream_hook'
+    _interrupt(_cfg(toy_data, work_dir, hook='CheckpointHook'))
+    full = work_dir / 'iter_2.pth'  # what mmengine alone writes: a full pickle
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(str(full))
+    with pytest.raises(pickle.UnpicklingError, match='Weights only load failed'):
+        _resume(_cfg(toy_data, work_dir, hook='CheckpointHook'), str(full))
+    assert _resume(_cfg(toy_data, work_dir, hook='CheckpointHook'),
+                   trusted_path(str(full))) == 2
+
+
+def test_pretrained_reads_our_checkpoint_and_refuses_a_full_pickle(
         interrupted, tmp_path):
     work_dir, _ = interrupted
-    full = str(work_dir / 'iter_2.pth')
+    ours = str(work_dir / 'iter_2.pth')
     backbone = SoLAVision('t')
-    load_pretrained(backbone, full)  # written weights-only: no trust needed
-    state = torch.load(full, map_location='cpu', weights_only=True)['state_dict']
+    load_pretrained(backbone, ours)
+    state = torch.load(ours, map_location='cpu', weights_only=True)['state_dict']
     torch.testing.assert_close(backbone.pos_embed, state['backbone.pos_embed'])
-    old = tmp_path / 'full_pickle.pth'  # as mmengine alone writes it
-    torch.save({'state_dict': state, 'message_hub': HistoryBuffer([1.], [1])}, old)
-    with pytest.raises(RuntimeError, match='not unpickled'):
-        load_pretrained(backbone, str(old))
-    with trusted_checkpoints():  # the user's own full checkpoint
-        load_pretrained(backbone, str(old))
+    full = tmp_path / 'full_pickle.pth'
+    torch.save({'state_dict': state, 'meta': {'seed': np.int64(0)}},
+               full)
+    with pytest.raises(CheckpointError, match='not unpickled'):
+        load_pretrained(backbone, str(full))

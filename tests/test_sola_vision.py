@@ -1,6 +1,8 @@
 """SoLA-Vision backbone: Table 7 spec, HSB, standard OpenMMLab backbone behaviour."""
 import functools
+from pathlib import Path
 
+import mmengine
 import pytest
 import torch
 from mmengine.logging import MMLogger
@@ -8,7 +10,6 @@ from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
 from mmhybrid.analysis import count_flops
-from mmhybrid.analysis.paper_figures import PAPER_FIGURES
 from mmhybrid.layers import HiddenStateBridge, SoftmaxAttention, SpatialMix
 from mmhybrid.layers.hidden_state_bridge import equidistant_sample
 from mmhybrid.models.backbones import SoLAVision
@@ -35,7 +36,10 @@ def count(model):
 # Table 7 (= Table 3): backbone only, HSB included, 224^2. Two figures are not
 # reproducible from the table's own architecture (docs/design.md, "SoLA-Vision
 # against Table 7"); strict xfails flag a future match.
-TABLE7 = {e['model'][-1].lower(): e for e in PAPER_FIGURES if e['table'] == 'Table 7'}
+METAFILE = Path(__file__).resolve().parents[1] / 'configs/sola/metafile.yml'
+TABLE7 = {m['Paper Figures']['Model'][-1].lower(): m['Metadata']
+          for m in mmengine.load(METAFILE)['Models']
+          if m.get('Paper Figures', {}).get('Table') == 'Table 7'}
 T_PARAMS = pytest.mark.xfail(strict=True, reason='Table 7 widths for T give 6.04M, '
                              'not 6.59M (docs/design.md)')
 S_FLOPS = pytest.mark.xfail(strict=True, reason='Table 7 widths for S give 4.83G, '
@@ -50,9 +54,9 @@ def paper_arch(arch):
 
 @pytest.mark.parametrize('arch', [pytest.param('t', marks=T_PARAMS), 's', 'b'])
 def test_params_match_table7(arch):
-    paper = TABLE7[arch]['params']
+    paper = TABLE7[arch]['Parameters'] / 1e6
     params = count(paper_arch(arch)) / 1e6
-    print(f'SoLA-{arch.upper()}: {params:.3f}M params (Table 7: {paper}M, '
+    print(f'SoLA-{arch.upper()}: {params:.3f}M params (Table 7: {paper:g}M, '
           f'{100 * (params / paper - 1):+.1f}%)')
     assert abs(params / paper - 1) < 0.03
 
@@ -60,11 +64,11 @@ def test_params_match_table7(arch):
 @pytest.mark.parametrize('arch', ['t', pytest.param('s', marks=S_FLOPS), 'b'])
 def test_flops_match_table7(arch):
     """Multiply-adds at 224^2, fvcore convention + attention + WKV (get_flops.py)."""
-    paper = TABLE7[arch]['flops']
+    paper = TABLE7[arch]['FLOPs'] / 1e9
     flops = count_flops(paper_arch(arch), torch.randn(1, 3, 224, 224))
     total, attention = flops.total() / 1e9, flops.by_kind()['attention'] / 1e9
     print(f'SoLA-{arch.upper()}: {total:.3f} GFLOPs, of which attention '
-          f'{attention:.3f} (Table 7: {paper}G, {100 * (total / paper - 1):+.1f}%)')
+          f'{attention:.3f} (Table 7: {paper:g}G, {100 * (total / paper - 1):+.1f}%)')
     assert attention > 0
     assert abs(total / paper - 1) < 0.05
 

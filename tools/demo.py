@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-import mmhybrid  # noqa: F401  registers our models, fixes checkpoint loading
-from mmhybrid.utils import build_runner, load_config
+import mmhybrid  # noqa: F401  registers our models
+from _common import build_runner, load_config
 from mmhybrid.utils.toy_data import make_toy_ade20k, make_toy_coco
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))

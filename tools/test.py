@@ -4,24 +4,24 @@
         [--show-dir DIR] [--tta] [--amp] [--cfg-options ...]
 
 ``--out``, ``--show-dir`` and ``--tta`` mean what they mean in the config's own
-package (see :func:`mmhybrid.utils.config.apply_test_options`): mmseg writes
-predicted label PNGs to the ``--out`` directory, mmdet and mmpretrain dump the
-predictions to a ``.pkl`` file.
+package (see :func:`_common.apply_test_options`): mmseg writes predicted label
+PNGs to the ``--out`` directory, mmdet and mmpretrain dump the predictions to a
+``.pkl`` file.
 
 CHECKPOINT is your own file (e.g. a full training checkpoint with optimizer
-state), so it is loaded inside ``mmhybrid.utils.trusted_checkpoints()``: a
-checkpoint written before mmhybrid saved weights-only files is fully unpickled;
-do not pass files you did not make.
+state), so it is read trusted (``mmhybrid.utils.trusted_path``): a checkpoint
+that holds Python objects (written by mmengine's own CheckpointHook) is fully
+unpickled; do not pass files you did not make.
 """
 import argparse
 import os
 
 from mmengine.config import DictAction
 
-import mmhybrid  # noqa: F401  registers our models, fixes checkpoint loading
-from mmhybrid.utils import build_runner, load_config, trusted_checkpoints
-from mmhybrid.utils.config import (ConfigError, apply_test_options,
-                                   check_checkpoint_paths, check_data)
+import mmhybrid  # noqa: F401  registers our models
+from _common import (ConfigError, apply_test_options, build_runner,
+                     check_checkpoint_paths, check_data, load_config)
+from mmhybrid.utils import trusted_path
 
 
 def parse_args():
@@ -64,12 +64,10 @@ def main():
         apply_test_options(cfg, args.out, args.show_dir, args.tta)
     except ConfigError as err:
         raise SystemExit(f'error: {err}') from None
+    cfg.load_from = trusted_path(args.checkpoint)
     if args.amp:
         cfg.test_cfg.fp16 = True
-    runner = build_runner(cfg)
-    with trusted_checkpoints():
-        metrics = runner.test()
-    return metrics
+    return build_runner(cfg).test()
 
 
 if __name__ == '__main__':

@@ -4,6 +4,9 @@
         [--work-dir DIR] [--resume [CKPT]] [--amp] [--cfg-options k=v ...]
 
 ``--cfg-options data_root=PATH`` moves every dataloader and evaluator to PATH.
+``--resume`` reads your own checkpoint trusted (it may hold Python objects, e.g.
+when written by mmengine's own CheckpointHook); without a path it takes the
+newest intact checkpoint of the work dir (``mmhybrid.utils.find_latest_checkpoint``).
 """
 import argparse
 import os
@@ -11,10 +14,10 @@ import os
 from mmengine.config import DictAction
 from mmengine.device import get_device
 
-import mmhybrid  # noqa: F401  registers our models, fixes checkpoint loading
-from mmhybrid.utils import build_runner, load_config
-from mmhybrid.utils.config import (ConfigError, check_checkpoint_paths, check_data,
-                                   check_work_dir)
+import mmhybrid  # noqa: F401  registers our models
+from _common import (ConfigError, build_runner, check_checkpoint_paths, check_data,
+                     check_work_dir, load_config)
+from mmhybrid.utils import find_latest_checkpoint, trusted_path
 
 
 def parse_args():
@@ -88,12 +91,22 @@ def main():
         if 'auto_scale_lr' not in cfg:
             raise ValueError('the config has no auto_scale_lr.base_batch_size')
         cfg.auto_scale_lr.enable = True
+    resume_from = args.resume
+    if resume_from == 'auto':
+        try:
+            resume_from = find_latest_checkpoint(cfg.work_dir)
+        except RuntimeError as err:  # only damaged checkpoints in the work dir
+            raise SystemExit(f'error: {err}') from None
+    if resume_from is not None:
+        cfg.resume, cfg.load_from = True, trusted_path(resume_from)
+    elif args.resume == 'auto':
+        cfg.resume, cfg.load_from = False, None
+    runner = build_runner(cfg)
     if args.resume == 'auto':
-        cfg.resume, cfg.load_from = True, None
-    elif args.resume is not None:
-        cfg.resume, cfg.load_from = True, args.resume
-
-    build_runner(cfg).train()
+        runner.logger.info(f'Auto resumed from the latest checkpoint {resume_from}.'
+                           if resume_from else f'--resume: no checkpoint in '
+                           f'{cfg.work_dir}, training from scratch')
+    runner.train()
 
 
 if __name__ == '__main__':

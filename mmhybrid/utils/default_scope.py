@@ -4,20 +4,6 @@ import importlib
 SCOPES = ('mmseg', 'mmdet', 'mmpretrain')
 
 
-def disable_mmpretrain_multimodal():
-    """mmpretrain's multimodal models fail to import with transformers 5.x.
-
-    mmpretrain switches them on whenever ``transformers`` is installed (diffusers
-    needs it); they must be switched off before ``mmpretrain.models`` is imported,
-    which mmseg and mmdet also import. Called by ``import mmhybrid``.
-    """
-    try:
-        from mmpretrain.utils import dependency
-    except ImportError:
-        return
-    dependency.WITH_MULTIMODAL = False
-
-
 def register_scope(scope):
     """Import and register all modules of ``scope`` ('mmseg', 'mmdet', ...)."""
     if scope not in SCOPES:

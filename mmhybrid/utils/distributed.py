@@ -4,7 +4,7 @@ mmengine 0.10.7 assumes GPUs once a launcher is given: ``init_dist`` calls
 ``torch.cuda.set_device``, the Runner wraps the model in DDP with
 ``device_ids=[LOCAL_RANK]``, FSDPStrategy passes ``device_id=LOCAL_RANK``, and
 OpenMMLab configs ask for NCCL and SyncBN. :func:`setup_cpu_distributed` (called
-by :func:`mmhybrid.utils.build_runner`) changes nothing where CUDA is available;
+by ``build_runner`` of tools/_common.py) changes nothing where CUDA is available;
 without it, for ``--launcher pytorch``, it starts a gloo process group from
 torchrun's environment, picks the CPU wrappers below (DDP for the Runner, FSDP
 for FlexibleRunner's ``FSDPStrategy``) and averages BN statistics over the

@@ -19,23 +19,59 @@ query's window; historical attention: attention plus its history mix), see
 (segmentors: backbone + decode head; detectors: up to the RoI head outputs;
 classifiers: up to the logits), as mmseg/mmdet/mmpretrain's own get_flops do.
 ``--paper-tables`` and ``--arch-tables`` print the markdown tables of
-docs/benchmarks.md.
+docs/benchmarks.md from the figures in ``configs/<family>/metafile.yml``: every
+model with ``Paper Figures`` (the paper's ``Metadata.Parameters``/``FLOPs``) and
+every bare ``Backbone`` we ship.
 """
 import argparse
+import glob
 import logging
 import os.path as osp
 
+import mmengine
 import torch
-from mmengine.config import DictAction
+from mmengine.config import Config, DictAction
 from mmengine.logging import MMLogger
 from mmengine.registry import MODELS, init_default_scope
 
 import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.analysis import Complexity
-from mmhybrid.analysis.paper_figures import ARCH_FIGURES, PAPER_FIGURES, PAPERS
-from mmhybrid.utils import load_config
+from mmhybrid.utils import register_scope
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+def read_metafiles(configs=osp.join(REPO, 'configs')):
+    """``(papers, paper_rows, arch_rows)`` of every ``configs/<family>/metafile.yml``:
+    {family: paper name}, the models with ``Paper Figures`` (params in M, FLOPs in
+    G, as the papers print them) and the bare ``Backbone`` entries."""
+    papers, paper_rows, arch_rows = {}, [], []
+    for path in sorted(glob.glob(osp.join(configs, '*', 'metafile.yml'))):
+        family = osp.basename(osp.dirname(path))
+        meta = mmengine.load(path)
+        for model in meta['Models']:
+            figures, backbone = model.get('Paper Figures'), model.get('Backbone')
+            if figures:
+                papers[family] = model['In Collection']
+                metadata = model['Metadata']
+                row = dict(paper=family, table=figures['Table'], model=figures['Model'],
+                           config=model['Config'],
+                           options=figures.get('Cfg Options') or {},
+                           part=figures['Counted'], shape=tuple(figures['Input']),
+                           params=metadata['Parameters'] / 1e6,
+                           flops=metadata.get('FLOPs', 0) / 1e9 or None)
+                if 'FLOPs FA' in figures:
+                    row['flops_fa'] = figures['FLOPs FA'] and figures['FLOPs FA'] / 1e9
+                paper_rows.append(row)
+            if backbone:
+                arch_rows.append(dict(model=backbone['Model'], type=backbone['Type'],
+                                      arch=backbone['Arch'],
+                                      options=backbone.get('Options') or {},
+                                      shape=tuple(backbone['Input'])))
+    return papers, paper_rows, arch_rows
+
+
+PAPERS, PAPER_FIGURES, ARCH_FIGURES = read_metafiles()
 
 
 def parse_args(argv=None):
@@ -74,7 +110,9 @@ def input_shape(shape):
 
 
 def build_from_config(path, options=None):
-    cfg = load_config(path, options)
+    cfg = Config.fromfile(path)
+    cfg.merge_from_dict(options or {})
+    register_scope(cfg.get('default_scope'))
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     model = MODELS.build(cfg.model)
     return cfg, model
@@ -160,7 +198,7 @@ def run_arch(args):
 
 
 def paper_row(entry, device='cpu'):
-    """Our params, FLOPs and FLOPs without SDPA attention for a PAPER_FIGURES entry."""
+    """Our params, FLOPs and FLOPs without SDPA attention for a PAPER_FIGURES row."""
     path = osp.join(REPO, entry['config'])
     _, model = build_from_config(path, entry['options'])
     complexity = measure(model, entry['shape'], entry['part'] == 'backbone', device)
@@ -190,14 +228,15 @@ def run_paper_tables(args):
         fa = entry.get('flops_fa')
         cells = [PAPERS[entry['paper']], entry['table'], entry['model'],
                  '{}x{}'.format(*entry['shape']), entry['part'],
-                 str(entry['params']), _diff(params, entry['params']),
-                 str(entry['flops'] or ''), _diff(flops, entry['flops']),
-                 str(fa or ''), _diff(flops_fa, fa) if 'flops_fa' in entry else '']
+                 f"{entry['params']:g}", _diff(params, entry['params']),
+                 f"{entry['flops']:g}" if entry['flops'] else '',
+                 _diff(flops, entry['flops']), f'{fa:g}' if fa else '',
+                 _diff(flops_fa, fa) if 'flops_fa' in entry else '']
         print('| ' + ' | '.join(cells) + ' |', flush=True)
 
 
 def arch_row(entry, device='cpu'):
-    """Params and Counter of kinds of an ARCH_FIGURES entry's bare backbone."""
+    """Params and Counter of kinds of an ARCH_FIGURES row's bare backbone."""
     model = build_backbone(entry['type'], entry['arch'], entry['options'])
     complexity = measure(model, entry['shape'], device=device)
     return complexity.params(), complexity.kinds()

@@ -28,13 +28,12 @@ import cv2
 import matplotlib
 import numpy as np
 import torch
-from mmengine.config import DictAction
+from mmengine.config import Config, DictAction
 
 import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.models.backbones import BaseBackbone
 from mmhybrid.models.utils import load_pretrained
 from mmhybrid.registry import MODELS
-from mmhybrid.utils import load_config
 from mmhybrid.utils.toy_data import draw_scene
 
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
@@ -47,7 +46,7 @@ def build_backbone(config=None, backbone=None, arch=None, options=None,
     a registered name; ``options`` update its arguments."""
     mean, std = IMAGENET_MEAN, IMAGENET_STD
     if config is not None:
-        cfg = load_config(config)
+        cfg = Config.fromfile(config)
         model_cfg = dict(cfg.model.backbone)
         preprocessor = cfg.model.get('data_preprocessor') or {}
         mean, std = preprocessor.get('mean', mean), preprocessor.get('std', std)

@@ -10,6 +10,8 @@ _base_ = [
     'mmpretrain::_base_/default_runtime.py',
 ]
 custom_imports = dict(imports=['mmhybrid'], allow_failed_imports=False)
+# checkpoints written atomically and loadable weights-only (init_model, --resume)
+default_hooks = dict(checkpoint=dict(type='mmhybrid.AtomicCheckpointHook'))
 
 data_root = 'data/imagenet'
 train_dataloader = dict(batch_size=128, dataset=dict(data_root=data_root))

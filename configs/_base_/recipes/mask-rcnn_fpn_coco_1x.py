@@ -9,6 +9,8 @@ _base_ = [
     'mmdet::_base_/default_runtime.py',
 ]
 custom_imports = dict(imports=['mmhybrid'], allow_failed_imports=False)
+# checkpoints written atomically and loadable weights-only (init_model, --resume)
+default_hooks = dict(checkpoint=dict(type='mmhybrid.AtomicCheckpointHook'))
 
 optim_wrapper = dict(
     _delete_=True,

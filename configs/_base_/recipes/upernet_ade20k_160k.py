@@ -9,6 +9,8 @@ _base_ = [
     'mmseg::_base_/schedules/schedule_160k.py',
 ]
 custom_imports = dict(imports=['mmhybrid'], allow_failed_imports=False)
+# checkpoints written atomically and loadable weights-only (init_model, --resume)
+default_hooks = dict(checkpoint=dict(type='mmhybrid.AtomicCheckpointHook'))
 
 crop_size = (512, 512)
 data_preprocessor = dict(size=crop_size)

@@ -8,6 +8,8 @@
 # set arch and head.in_channels.
 _base_ = ['mmpretrain::deit/deit-small_4xb256_in1k.py']
 custom_imports = dict(imports=['mmhybrid'], allow_failed_imports=False)
+# checkpoints written atomically and loadable weights-only (init_model, --resume)
+default_hooks = dict(checkpoint=dict(type='mmhybrid.AtomicCheckpointHook'))
 
 data_root = 'data/imagenet'
 train_dataloader = dict(dataset=dict(data_root=data_root))

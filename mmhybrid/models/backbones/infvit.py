@@ -42,9 +42,6 @@ ARCH_ZOO = {
 
 OUT_TYPES = ('featmap', 'cls_token', 'avg_featmap')
 
-# Published parameter counts (Table 1 / Table 3), classifier included.
-PAPER_PARAMS = {'linear-4l': 53.5e6, 'pure-4l': 57.7e6, 'linear-24l': 305.4e6,
-                'pure-24l': 330.6e6}
 
 
 def parse_attn_types(attn_types, depth):

@@ -2,8 +2,8 @@
 import re
 
 from mmengine.logging import print_log
-from mmengine.runner.checkpoint import CheckpointLoader
 
+from mmhybrid.utils.checkpoint import load_checkpoint
 from .checkpoint_formats import convert_state_dict
 from .pos_embed import resize_pos_embed, resize_rel_pos_bias_table, square_grid
 
@@ -131,7 +131,7 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
     """
     owner = type(module).__name__
     try:
-        raw = CheckpointLoader.load_checkpoint(checkpoint, map_location=map_location)
+        raw = load_checkpoint(checkpoint, map_location=map_location)
     except FileNotFoundError as err:
         raise FileNotFoundError(
             f"{owner} init_cfg=dict(type='Pretrained', checkpoint={checkpoint!r}): "

@@ -14,28 +14,33 @@ Arms: ``1d`` (runs of the raster sequence, LePE on the image), ``2d`` (square
 windows with per-window LePE, Eq. 10's ``L(f(V))``) and ``2d-image-lepe`` (square
 windows, LePE on the image: separates the two changes).
 
-    python tools/elfatt_block_layout_toy.py [--iters 300] [--seeds 0 1]
+    python projects/elfatt_block_layout/block_layout_toy.py [--iters 300] [--seeds 0 1]
 """
 import argparse
 import os.path as osp
 import time
 
 import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
 
 import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.layers import ELFATTAttention, ImageAttention
-from mmhybrid.utils import build_runner, load_config
-from mmhybrid.utils.toy_data import make_toy_ade20k
+from mmhybrid.utils import register_scope
 from mmhybrid.utils.results import write_csv
+from mmhybrid.utils.toy_data import make_toy_ade20k
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIG = osp.join(ROOT, 'configs/elfatt/upernet_swin-t-elfatt_ade20k.py')
 ARMS = {'1d': '1d', '2d': '2d', '2d-image-lepe': '2d'}
 
 
 def toy_config(layout, seed, iters, data_root, work_dir, batch):
     crop = (128, 128)
-    cfg = load_config(CONFIG, work_dir=work_dir, options=dict(data_root=data_root))
+    cfg = Config.fromfile(CONFIG)
+    cfg.work_dir = work_dir
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        cfg[loader].dataset.data_root = data_root
     cfg.randomness = dict(seed=seed)
     cfg.data_preprocessor.size = crop
     cfg.model.data_preprocessor.size = crop
@@ -89,7 +94,7 @@ def run(arm, seed, iters, data_root, out, batch):
         cfg = toy_config(ARMS[arm], seed, iters, data_root,
                          osp.join(out, f'{arm}_seed{seed}'), batch)
         start = time.perf_counter()
-        runner = build_runner(cfg)
+        runner = Runner.from_cfg(cfg)
         runner.train()  # validates at the end
         hub = runner.message_hub
         metrics = {k[len('val/'):]: v.current() for k, v in hub.log_scalars.items()
@@ -111,6 +116,7 @@ def main():
     parser.add_argument('--threads', type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    register_scope('mmseg')
     data_root = osp.join(args.out, 'toy_ade')
     if not osp.isdir(osp.join(data_root, 'annotations', 'validation')):
         make_toy_ade20k(data_root, num_train=96, num_val=48)

@@ -6,7 +6,8 @@ reports the cosine similarity and Spearman correlation between the closed-form
 weights ``a`` (Eq. 16-20) and the power-iteration Perron vector (Eq. 25-26, 200
 iterations), for several token counts. Prints a table, writes CSV and a PNG.
 
-    python tools/infsa_eigen_alignment.py [--out work_dirs/infsa_alignment]
+    python projects/infsa_eigen_alignment/eigen_alignment.py \
+        [--out work_dirs/infsa_alignment]
 """
 import argparse
 import os
@@ -27,7 +28,7 @@ def alignment(q, num_iters=200):
     attn = torch.relu(q @ q.transpose(-2, -1))
     attn = attn / attn.flatten(-2).norm(dim=-1)[..., None, None]
     perron = perron_vector(attn, num_iters)
-    weights = linear_infsa_weights(q, q)
+    weights = linear_infsa_weights(q[:, None], q[:, None])[:, 0]  # one head
     cosine = F.cosine_similarity(weights, perron, dim=-1)
     spearman = F.cosine_similarity(
         ranks(weights) - ranks(weights).mean(-1, keepdim=True),

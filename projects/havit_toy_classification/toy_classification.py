@@ -10,7 +10,8 @@ on a fixed set of 1000 images and scored on 2000 held-out ones, with historical
 attention (alpha = 0.45, random H_0, the paper's best) and without (alpha = 1,
 the plain ViT with the same layout), for each seed.
 
-    OMP_NUM_THREADS=1 python tools/havit_toy_classification.py [--epochs 25] [--seeds 0 1]
+    OMP_NUM_THREADS=1 python projects/havit_toy_classification/toy_classification.py \
+        [--epochs 25] [--seeds 0 1]
 """
 import argparse
 import os

@@ -9,7 +9,7 @@ InfViTs (width 64, 4 layers, patch 4, 32x32 images -> 8x8 tokens) with a linear
 per-token classifier are trained with Adam on fresh samples and scored on a fixed
 held-out set (token accuracy and mIoU over the three classes).
 
-    python tools/infvit_local_path_toy.py [--steps 300] [--seeds 0 1]
+    python projects/infvit_local_path/local_path_toy.py [--steps 300] [--seeds 0 1]
 """
 import argparse
 import os

@@ -1,4 +1,5 @@
-"""Config loading shared by tools/train.py, tools/test.py and tools/demo.py.
+"""What tools/train.py, tools/test.py and tools/demo.py share: config loading,
+the runner, and checks of bad input (tools only; not part of the package).
 
 OpenMMLab configs copy ``data_root`` into each dataloader (and mmdet's
 ``CocoMetric.ann_file = data_root + '...'``) when the base file is parsed, so
@@ -11,20 +12,15 @@ the problem and the fix.
 """
 import copy
 import difflib
-import functools
 import os
 import os.path as osp
 
-import mmengine
-import mmengine.config.config
-import mmengine.config.utils
 from mmengine.config import Config, ConfigDict
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
-from mmengine.utils import is_installed
 
-from .default_scope import setup_config_scope
-from .distributed import setup_cpu_distributed
+from mmhybrid.utils.default_scope import setup_config_scope
+from mmhybrid.utils.distributed import setup_cpu_distributed
 
 DATA_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader',
              'val_evaluator', 'test_evaluator')
@@ -70,44 +66,6 @@ def merge_cfg_options(cfg, options):
     return cfg
 
 
-@functools.lru_cache(maxsize=None)
-def _package_model_index(package_path):
-    """{config name: model meta} of every metafile an OpenMMLab package lists."""
-    index = {}
-    mim = osp.join(package_path, '.mim')
-    for metafile in mmengine.load(osp.join(mim, 'model-index.yml'))['Import']:
-        for model in mmengine.load(osp.join(mim, metafile))['Models']:
-            if 'Config' in model:
-                index.setdefault(model['Config'].partition('/')[-1], model)
-    return index
-
-
-def _cached_cfg_metainfo(package_path, cfg_path):
-    index = _package_model_index(package_path)
-    if cfg_path not in index:
-        raise ValueError(f'{cfg_path} is not a model config of {package_path}')
-    return index[cfg_path]
-
-
-_FOUND_INSTALLED = set()
-
-
-def _is_installed_cached(package):
-    if package not in _FOUND_INSTALLED and is_installed(package):
-        _FOUND_INSTALLED.add(package)
-    return package in _FOUND_INSTALLED
-
-
-def _cache_external_bases():
-    """For every ``mmseg::...`` base of a config mmengine re-reads all metafiles
-    of the package (~200 YAML files, about a second; then fails over to the
-    plain path for ``_base_`` files) and reloads ``pkg_resources`` to ask
-    whether the package is installed. Neither changes while a process runs:
-    the index is read once per package, a package found installed stays so."""
-    mmengine.config.utils._get_cfg_metainfo = _cached_cfg_metainfo
-    mmengine.config.config.is_installed = _is_installed_cached
-
-
 def load_config(path, options=None, work_dir=None, launcher='none'):
     """Read ``path``, apply ``--cfg-options`` and pick the work dir like upstream.
 
@@ -117,7 +75,6 @@ def load_config(path, options=None, work_dir=None, launcher='none'):
     """
     path = os.fspath(path)
     check_config_path(path)
-    _cache_external_bases()
     cfg = Config.fromfile(path)
     cfg.launcher = launcher
     merge_cfg_options(cfg, options)

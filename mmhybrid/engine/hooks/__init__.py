@@ -1,0 +1,3 @@
+from .checkpoint_hook import AtomicCheckpointHook, AtomicLocalBackend
+
+__all__ = ['AtomicCheckpointHook', 'AtomicLocalBackend']

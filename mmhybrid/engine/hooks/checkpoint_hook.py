@@ -1,0 +1,106 @@
+"""mmengine's ``CheckpointHook`` with checkpoints that are whole or absent and that
+load weights-only (torch >= 2.6's default) anywhere.
+
+mmengine 0.10 writes a checkpoint in place, and with ``max_keep_ckpts`` it removes
+the oldest kept checkpoint *before* writing the new one: a process killed while
+saving leaves a truncated file and, with ``max_keep_ckpts=1``, no intact one. Its
+checkpoints also hold ``HistoryBuffer`` objects and numpy values, which
+``torch.load(weights_only=True)`` refuses (``--resume``, ``mmseg.apis.init_model``,
+``mmdet.apis.init_detector``). Named in our config bases
+(``default_hooks.checkpoint.type='mmhybrid.AtomicCheckpointHook'``), this hook:
+
+* writes checkpoints through :class:`AtomicLocalBackend` (a storage backend
+  registered with mmengine by name): temporary file, fsync, rename;
+* removes outdated checkpoints only after the new one and the ``last_checkpoint``
+  pointer are written;
+* stores the checkpoint in the weights-only form of
+  :func:`mmhybrid.utils.checkpoint.to_weights_only` (``before_save_checkpoint``)
+  and rebuilds the objects when the Runner loads it (``after_load_checkpoint``).
+"""
+import contextlib
+import functools
+
+from mmengine.fileio import LocalBackend, register_backend
+from mmengine.hooks import CheckpointHook
+
+from mmhybrid.registry import HOOKS
+from mmhybrid.utils.checkpoint import (atomic_write, from_weights_only,
+                                       to_weights_only)
+
+ATOMIC_BACKEND = 'mmhybrid_atomic_local'
+
+
+class AtomicLocalBackend(LocalBackend):
+    """mmengine's local file backend whose writes are atomic
+    (:func:`mmhybrid.utils.checkpoint.atomic_write`)."""
+
+    def put(self, obj, filepath):
+        atomic_write(obj, str(filepath))
+
+    def put_text(self, obj, filepath, encoding='utf-8'):
+        atomic_write(obj.encode(encoding), str(filepath))
+
+
+register_backend(ATOMIC_BACKEND, AtomicLocalBackend)
+
+
+class _DeferredRemovals:
+    """A file backend whose ``remove`` / ``rmtree`` wait until :meth:`flush`."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self._pending = []
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def remove(self, path):
+        self._pending.append(functools.partial(self._backend.remove, path))
+
+    def rmtree(self, path):
+        self._pending.append(functools.partial(self._backend.rmtree, path))
+
+    def flush(self):
+        for action in self._pending:
+            action()
+
+
+@HOOKS.register_module()
+class AtomicCheckpointHook(CheckpointHook):
+    """``CheckpointHook`` (same arguments) with atomic, weights-only checkpoints.
+
+    Local output folders use :class:`AtomicLocalBackend` unless ``backend_args``
+    names another backend; remote ones (``out_dir='s3://...'``) are left to
+    mmengine's backends.
+    """
+
+    def __init__(self, *args, backend_args=None, **kwargs):
+        out_dir = kwargs.get('out_dir')
+        if (backend_args is None and kwargs.get('file_client_args') is None
+                and '://' not in str(out_dir or '')):
+            backend_args = dict(backend=ATOMIC_BACKEND)
+        super().__init__(*args, backend_args=backend_args, **kwargs)
+
+    @contextlib.contextmanager
+    def _removals_after_saving(self):
+        backend = self.file_backend
+        deferred = self.file_backend = _DeferredRemovals(backend)
+        try:
+            yield
+        finally:
+            self.file_backend = backend
+        deferred.flush()
+
+    def _save_checkpoint_with_step(self, runner, step, meta):
+        with self._removals_after_saving():
+            super()._save_checkpoint_with_step(runner, step, meta)
+
+    def _save_best_checkpoint(self, runner, metrics):
+        with self._removals_after_saving():
+            super()._save_best_checkpoint(runner, metrics)
+
+    def before_save_checkpoint(self, runner, checkpoint):
+        checkpoint.update(to_weights_only(checkpoint))
+
+    def after_load_checkpoint(self, runner, checkpoint):
+        checkpoint.update(from_weights_only(checkpoint))
