@@ -586,7 +586,7 @@ def test_sola_in1k_pretraining_then_upernet_fine_tune(toy_data, tmp_path):
     from _tiny_toy_config import SOLA, write_tiny_toy_config
     from _toy_runner import build_toy_runner, toy_config
 
-    from mmhybrid.utils import build_runner, load_config, set_data_root
+    from _common import build_runner, load_config, set_data_root
     cfg = toy_config(ROOT / 'configs/sola/sola-t_in1k.py', toy_data,
                      tmp_path / 'in1k', iters=2, validate=False)
     cfg.model.backbone.arch = SOLA['arch']

@@ -18,12 +18,11 @@ fills less than half of it) and the detected format.
 import argparse
 import os.path as osp
 
-from mmengine.config import DictAction
+from mmengine.config import Config, DictAction
 
-import mmhybrid  # noqa: F401  registers our models, fixes checkpoint loading
+import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.models.utils import convert_checkpoint_file, load_pretrained
 from mmhybrid.registry import build_model
-from mmhybrid.utils import load_config
 
 
 def parse_args():
@@ -44,7 +43,7 @@ def parse_args():
 
 def build_backbone(model, options):
     if osp.isfile(model):
-        cfg = dict(load_config(model).model.backbone)
+        cfg = dict(Config.fromfile(model).model.backbone)
         cfg.pop('init_cfg', None)
         cfg.pop('pretrained', None)
     else:

@@ -43,7 +43,6 @@ ARCH_ZOO = {
 OUT_TYPES = ('featmap', 'cls_token', 'avg_featmap')
 
 
-
 def parse_attn_types(attn_types, depth):
     """'L' -> 'LLLL'; 'PPLL' or ['pure', 'linear', ...] -> a letter per layer."""
     if isinstance(attn_types, str):
