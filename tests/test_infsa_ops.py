@@ -162,7 +162,7 @@ def test_eigenvector_alignment():
     Token features share a common direction in trained ViTs; with a common mean
     (||mean|| = half the noise norm) alignment is ~0.997 (paper: 0.985 on a trained
     checkpoint). Isotropic zero-mean queries are the worst case (~0.74): the central
-    query is then nearly random. tools/infsa_eigen_alignment.py sweeps the shift.
+    query is then nearly random. projects/infsa_eigen_alignment sweeps the shift.
     """
     torch.manual_seed(0)
     shifted = eigen_alignment(torch.randn(2, 8, 196, 16) + 0.5)
