@@ -25,7 +25,7 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 import mmhybrid  # noqa: F401  registers our models
-from mmhybrid.layers import ELFATTAttention, ImageAttention
+from mmhybrid.layers import AttentionMixer, ELFATTAttention
 from mmhybrid.utils import register_scope
 from mmhybrid.utils.results import write_csv
 from mmhybrid.utils.toy_data import make_toy_ade20k
@@ -89,7 +89,7 @@ def run(arm, seed, iters, data_root, out, batch):
     image_lepe = arm == '2d-image-lepe'
     positional = ELFATTAttention.positional
     if image_lepe:  # LePE on the whole image, windows for attention only
-        ELFATTAttention.positional = ImageAttention.positional
+        ELFATTAttention.positional = AttentionMixer.positional
     try:
         cfg = toy_config(ARMS[arm], seed, iters, data_root,
                          osp.join(out, f'{arm}_seed{seed}'), batch)
