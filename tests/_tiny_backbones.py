@@ -24,6 +24,8 @@ TINY_BACKBONES = {
                   attn_types='PLSL')),
 }
 NAMES = sorted(TINY_BACKBONES)
+# the arch dicts alone, for tests that build a backbone class directly
+ARCHS = {name: cfg['arch'] for name, cfg in TINY_BACKBONES.items()}
 
 
 def tiny_backbone(name, **kwargs):

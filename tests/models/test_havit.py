@@ -8,11 +8,12 @@ from mmhybrid.layers import HistoricalAttention, MixerState, SoftmaxAttention
 from mmhybrid.models.backbones import HAViT, InfViT, SoLAVision, SwinELFATT
 from mmhybrid.ops.historical_attention import naive_historical_attention
 from mmhybrid.utils import register_scope
+from tests._tiny_backbones import ARCHS
 
 HISTORY = dict(alpha=0.45, init='random')
 SOLA = dict(embed_dims=(16, 16, 32, 32), schedule='LL/LL/LSLS/LS',
             hsb_routes=(((1, 2), (3, 2)), ((3, 1), (4, 2))))
-SWIN = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 2, 4, 4))
+SWIN = ARCHS['SwinELFATT']
 VIT = dict(embed_dims=32, depth=3, num_heads=4, mlp_ratio=2.)
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from _tiny_toy_config import write_tiny_toy_config
+from tests._tiny_toy_config import write_tiny_toy_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ITERS = 3
 
 

@@ -33,7 +33,7 @@ from mmhybrid.ops.infsa import naive_pure_infsa
 from mmhybrid.ops.tome import random_dst_mask
 from mmhybrid.ops.wkv import naive_bi_wkv
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def torch_macs(fn, *args):

@@ -22,9 +22,9 @@ from mmhybrid.models.backbones import CSWin, HAViT, InfViT, SwinELFATT
 from mmhybrid.models.utils import (detect_format, resize_pos_embed,
                                    resize_rel_pos_bias_table)
 from mmhybrid.utils import register_scope
-from test_elfatt_convert import CSWIN, SWIN, official_cswin, official_swin
+from tests.models.test_elfatt_convert import CSWIN, SWIN, official_cswin, official_swin
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY_VIT = dict(embed_dims=32, depth=2, num_heads=2, mlp_ratio=4.)
 TINY_SWIN = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 2, 4, 4))
 
@@ -583,8 +583,8 @@ def test_sola_in1k_pretraining_then_upernet_fine_tune(toy_data, tmp_path):
     the classifier checkpoint (prefix='backbone.'): every backbone tensor of
     the classifier loads; only the output norms of stages the classifier does
     not return (norm0..2) are new."""
-    from _tiny_toy_config import SOLA, write_tiny_toy_config
-    from _toy_runner import build_toy_runner, toy_config
+    from tests._tiny_toy_config import SOLA, write_tiny_toy_config
+    from tests._toy_runner import build_toy_runner, toy_config
 
     from _common import build_runner, load_config, set_data_root
     cfg = toy_config(ROOT / 'configs/sola/sola-t_in1k.py', toy_data,

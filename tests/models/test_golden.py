@@ -11,13 +11,14 @@ output and per gradient, dot products with fixed random vectors (a sketch: any
 change of a value changes them), not the tensors themselves.
 
 Record (only when a change of the function is intended, and say so in the
-commit): ``python tests/test_golden.py``.
+commit): ``python tests/models/test_golden.py``.
 """
 import gzip
 import json
 import os
 import sys
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -161,6 +162,6 @@ def record(names):
 
 
 if __name__ == '__main__':
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     torch.set_num_threads(1)
     record(sys.argv[1:] or list(CASES))

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from _toy_runner import (RecordMetrics, build_toy_runner,  # noqa: F401
+from tests._toy_runner import (RecordMetrics, build_toy_runner,  # noqa: F401
                          cheap_config_text, toy_config)
 
-CONFIG_ROOT = Path(__file__).resolve().parents[1] / 'configs'
+CONFIG_ROOT = Path(__file__).resolve().parents[2] / 'configs'
 CONFIGS = sorted(p for p in CONFIG_ROOT.rglob('*.py')
                  if '_base_' not in p.relative_to(CONFIG_ROOT).parts)
 

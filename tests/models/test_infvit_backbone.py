@@ -16,7 +16,7 @@ from mmhybrid.utils import register_scope
 # Table 1 / 3 parameter counts (classifier included) from configs/infvit/metafile.yml
 PAPER_PARAMS = {
     m['Paper Figures']['Cfg Options']['model.backbone.arch']: m['Metadata']['Parameters']
-    for m in mmengine.load(Path(__file__).resolve().parents[1] /
+    for m in mmengine.load(Path(__file__).resolve().parents[2] /
                            'configs/infvit/metafile.yml')['Models']
     if 'Paper Figures' in m}
 TINY = dict(embed_dims=32, depth=3, num_heads=4, mlp_ratio=2., attn_types='PLP')

@@ -30,9 +30,9 @@ from _common import build_runner, load_config
 from mmhybrid.engine.hooks.checkpoint_hook import ATOMIC_BACKEND
 from mmhybrid.utils.checkpoint import find_latest_checkpoint, is_intact
 
-from _tiny_toy_config import write_tiny_toy_config
+from tests._tiny_toy_config import write_tiny_toy_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ITERS = 6
 
 # runs tools/train.py with fsync of the temporary file of one checkpoint

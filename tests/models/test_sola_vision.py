@@ -15,7 +15,7 @@ from mmhybrid.layers.hidden_state_bridge import equidistant_sample
 from mmhybrid.models.backbones import SoLAVision
 from mmhybrid.registry import MODELS
 
-from _downstream import downstream_model_cfg
+from tests._downstream import downstream_model_cfg
 
 T_ROUTES = (((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2)))
 TINY = dict(embed_dims=(16, 16, 32, 32), schedule='LL/LL/LLSLLS/LS',
@@ -36,7 +36,7 @@ def count(model):
 # Table 7 (= Table 3): backbone only, HSB included, 224^2. Two figures are not
 # reproducible from the table's own architecture (docs/design.md, "SoLA-Vision
 # against Table 7"); strict xfails flag a future match.
-METAFILE = Path(__file__).resolve().parents[1] / 'configs/sola/metafile.yml'
+METAFILE = Path(__file__).resolve().parents[2] / 'configs/sola/metafile.yml'
 TABLE7 = {m['Paper Figures']['Model'][-1].lower(): m['Metadata']
           for m in mmengine.load(METAFILE)['Models']
           if m.get('Paper Figures', {}).get('Table') == 'Table 7'}

@@ -13,13 +13,10 @@ from mmhybrid.layers import (ConvMerging, CrossShapedWindowAttention, ELFATTAtte
 from mmhybrid.models.backbones import CSWin, SwinELFATT
 from mmhybrid.utils import register_scope
 
-from _downstream import downstream_model_cfg
+from tests._downstream import downstream_model_cfg
+from tests._tiny_backbones import ARCHS
 
-TINY = {
-    SwinELFATT: dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 2, 4, 4)),
-    CSWin: dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 2, 4, 4),
-                split_sizes=(1, 2, 2, 2)),
-}
+TINY = {SwinELFATT: ARCHS['SwinELFATT'], CSWin: ARCHS['CSWin']}
 TINY_BLOCKS = (4, 4, 16, 4)  # 2x2, 2x2, 4x4, 2x2 windows
 BACKBONES = [SwinELFATT, CSWin]
 

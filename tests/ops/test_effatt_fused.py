@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from _triton import KERNEL_DEVICE, driver, needs_kernels, run_in_interpreter
+from tests._triton import KERNEL_DEVICE, driver, needs_kernels, run_in_interpreter
 from mmhybrid.ops.elfatt import effatt, naive_effatt
 from mmhybrid.ops.elfatt.effatt import effatt_backend
 

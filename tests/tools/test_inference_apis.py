@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from _common import ConfigError, apply_test_options, load_config
-from _toy_runner import build_toy_runner, toy_config
+from tests._toy_runner import build_toy_runner, toy_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {'seg': ROOT / 'configs/sola/demo/upernet_sola-t_toy-ade.py',
            'det': ROOT / 'configs/sola/demo/mask-rcnn_sola-t_fpn_toy-coco.py'}
 TOY = {'seg': 'ade', 'det': 'coco'}

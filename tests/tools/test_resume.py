@@ -15,12 +15,12 @@ import pytest
 import torch
 from mmengine.hooks import Hook
 
-from _toy_runner import build_toy_runner, toy_config
+from tests._toy_runner import build_toy_runner, toy_config
 from mmhybrid.models.backbones.sola_vision import SoLAVision
 from mmhybrid.models.utils import load_pretrained
 from mmhybrid.utils import CheckpointError, trusted_path
 
-CONFIG = (Path(__file__).resolve().parents[1] /
+CONFIG = (Path(__file__).resolve().parents[2] /
           'configs/sola/demo/upernet_sola-t_toy-ade.py')
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from _triton import KERNEL_DEVICE, driver, needs_kernels, run_in_interpreter
+from tests._triton import KERNEL_DEVICE, driver, needs_kernels, run_in_interpreter
 from mmhybrid.ops.infsa import (linear_infsa, linear_infsa_backend,
                                 linear_infsa_context, naive_linear_infsa)
 

@@ -17,11 +17,10 @@ from mmhybrid.models.backbones import CSWin, SwinELFATT
 from mmhybrid.models.utils import (convert_checkpoint_file, convert_cswin,
                                    convert_swin, load_pretrained)
 from mmhybrid.utils import register_scope
+from tests._tiny_backbones import ARCHS
 
-ROOT = Path(__file__).resolve().parents[1]
-SWIN = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 2, 4, 4))
-CSWIN = dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 2, 4, 4),
-             split_sizes=(1, 2, 2, 2))
+ROOT = Path(__file__).resolve().parents[2]
+SWIN, CSWIN = ARCHS['SwinELFATT'], ARCHS['CSWin']
 
 
 def official_swin(arch, window=4, num_classes=7):

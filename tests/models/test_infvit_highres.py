@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-TOOL = Path(__file__).resolve().parents[1] / 'tools' / 'benchmark_infvit.py'
+TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'benchmark_infvit.py'
 
 
 def peak_mb(res, device, dtype):

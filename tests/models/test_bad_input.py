@@ -15,7 +15,7 @@ from mmhybrid.models.backbones import CSWin, InfViT, SoLAVision, SwinELFATT
 from mmhybrid.models.backbones.base_backbone import ArchError, resolve_arch
 from mmhybrid.models.backbones.sola_vision import ARCH_ZOO as SOLA_ARCHS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEG_CONFIG = ROOT / 'configs/sola/demo/upernet_sola-t_toy-ade.py'
 TINY = {
     SoLAVision: dict(arch=dict(embed_dims=(16, 16, 32, 32), schedule='L/L/LS/S',
