@@ -92,6 +92,8 @@ tta_pipeline = [
         [dict(type='RandomFlip', prob=0., direction='horizontal'),
          dict(type='RandomFlip', prob=1., direction='horizontal')],
         [dict(type='LoadAnnotations')], [dict(type='PackSegInputs')]])]
+# mmengine keeps visualizers by name per process: not the one an mmdet test made
+visualizer = dict(name='visualizer_seg_tta')
 """)
     out, show = tmp_path / 'labels', tmp_path / 'painted'
     monkeypatch.setattr(sys, 'argv', [

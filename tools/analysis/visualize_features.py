@@ -61,7 +61,7 @@ def build_backbone(config=None, backbone=None, arch=None, options=None,
     model = MODELS.build(model_cfg)
     if checkpoint is not None:
         if isinstance(model, BaseBackbone):
-            load_pretrained(model, checkpoint, converter=model.convert_checkpoint)
+            load_pretrained(model, checkpoint)
         else:
             from mmengine.runner import load_checkpoint
             load_checkpoint(model, checkpoint, map_location='cpu',
