@@ -69,7 +69,10 @@ def add_arguments(parser):
                         help='run every case with these allocator settings '
                         '(default: this process\'s)')
     parser.add_argument('--compare', nargs='+', default=None, metavar='NAME=PATH',
-                        help='checkouts of this repository to run every case with')
+                        help='checkouts of this repository to run the cases with')
+    parser.add_argument('--compare-models', nargs='+', default=None,
+                        help='models run with every checkout of --compare (the '
+                        'others with the first only; default: all)')
     parser.add_argument('--no-extras', action='store_true',
                         help='CPU: time only (no MAC count, no layer hooks)')
     parser.add_argument('--time-cap', type=float, default=900.,
@@ -208,11 +211,16 @@ def cases(args):
 
 
 def add_ratios(rows):
-    """Time and memory against mmseg Swin-T's in the same variant, mode, size."""
-    ref = {(r['variant'], r['malloc'], r['mode'], r['size']): r for r in rows
-           if r['model'] == REFERENCE and r['status'] == 'ok'}
+    """Time and memory against mmseg Swin-T's with the same allocator, mode and
+    size (and checkout, where it ran with it)."""
+    ref = {}
     for r in rows:
-        base = ref.get((r['variant'], r['malloc'], r['mode'], r['size']))
+        if r['model'] == REFERENCE and r['status'] == 'ok':
+            ref[(r['variant'], r['malloc'], r['mode'], r['size'])] = r
+            ref.setdefault((None, r['malloc'], r['mode'], r['size']), r)
+    for r in rows:
+        key = (r['malloc'], r['mode'], r['size'])
+        base = ref.get((r['variant'], ) + key, ref.get((None, ) + key))
         ok = r['status'] == 'ok' and base is not None
         r['vs_swin_t'] = r['time_ms'] / base['time_ms'] if ok else None
         r['mem_vs_swin_t'] = r['peak_mb'] / base['peak_mb'] if ok else None
@@ -243,6 +251,9 @@ def main(args):
     for mode, model, (h, w), batch in cases(args):
         for malloc in mallocs:
             for variant, root in variants.items():
+                if variant != next(iter(variants)) and args.compare_models and \
+                        model not in args.compare_models:
+                    continue
                 # MACs and layer shares do not depend on the allocator
                 extras = (mode == 'backbone' and not args.no_extras and
                           malloc == mallocs[0])

@@ -5,7 +5,9 @@ Per op, backend and stage of a ``--size`` x ``--size`` input: ms, the op's own
 multiply-adds (the method's formula for ops whose kernels hide their arithmetic,
 :mod:`mmhybrid.analysis.formulas`; counted matmuls for the others), GMAC/s, and
 time and GMAC/s as ratios to one ``nn.Linear(C, C)`` on the stage's (B, N, C)
-input in the same run; peak memory of one forward + backward. The gated delta
+input in the same run; peak memory of one forward + backward. Forward + backward
+is counted as three times the forward's multiply-adds (the usual convention, for
+the op and the linear layer alike). The gated delta
 rule runs on 2B sequences (both scans of a 'G' layer). Shapes:
 
 * ``wkv`` (SoLA-T), ``gdn`` and ``swa`` (InfiniteVL-T, 7x7 windows): stages 1-4,
@@ -209,10 +211,10 @@ def main(args):
                            gmacs=macs / 1e9)
                 add_traffic(row, IO.get(op, IO_ATTENTION), B * N * C * dtype.itemsize,
                             bandwidth)
-                for phase in ('fwd', 'fwd_bwd'):
+                for phase, passes in (('fwd', 1), ('fwd_bwd', 3)):
                     if f'{phase}_ms' in row:
-                        rate = macs / 1e9 / row[f'{phase}_ms'] * 1e3
-                        lin_rate = linear_gmacs / linear[f'{phase}_ms'] * 1e3
+                        rate = passes * macs / 1e9 / row[f'{phase}_ms'] * 1e3
+                        lin_rate = passes * linear_gmacs / linear[f'{phase}_ms'] * 1e3
                         row[f'{phase}_gmac_s'] = rate
                         row[f'{phase}_x_linear_time'] = (row[f'{phase}_ms'] /
                                                          linear[f'{phase}_ms'])
@@ -226,8 +228,9 @@ def main(args):
             add_traffic(linear, IO['linear'], B * N * C * dtype.itemsize, bandwidth)
             rows.append(dict(linear, op='linear', stage=stage, tokens=N, channels=C,
                              heads=1, gmacs=linear_gmacs,
-                             **{f'{p}_gmac_s': linear_gmacs / linear[f'{p}_ms'] * 1e3
-                                for p in ('fwd', 'fwd_bwd') if f'{p}_ms' in linear}))
+                             **{f'{p}_gmac_s': n * linear_gmacs / linear[f'{p}_ms'] * 1e3
+                                for p, n in (('fwd', 1), ('fwd_bwd', 3))
+                                if f'{p}_ms' in linear}))
     title = (f'ops at the stage shapes of a {args.size}^2 input, batch {args.batch}, '
              f'{args.dtype}, {args.device_name}, malloc {args.malloc}; '
              f'torch {torch.__version__}')

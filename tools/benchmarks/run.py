@@ -16,6 +16,7 @@ Suites (one module each in this folder, registered in :data:`SUITES`):
   vs resolution.
 * ``sd``: Stable Diffusion 1.5 UNet with ELFATT-SD, ToMe-SD and Agent-SD.
 
+The checkout the runner lies in is imported (unless ``PYTHONPATH`` is set).
 Shared options: ``--device``, ``--threads`` (CPU, default 1), ``--repeat`` (the
 minimum over repeats after a warm-up is reported), ``--malloc default|tuned``
 (glibc allocator setting, see docs/benchmarks.md), ``--out``. Every suite
@@ -29,10 +30,14 @@ prints a table and writes CSV and PNG under ``--out`` (default
 import argparse
 import importlib
 import json
+import os
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+HERE = osp.dirname(osp.abspath(__file__))
+sys.path.insert(0, HERE)
+if not os.environ.get('PYTHONPATH'):  # this checkout's mmhybrid, not an installed one
+    sys.path.insert(1, osp.dirname(osp.dirname(HERE)))
 
 SUITES = {
     'backbones': 'backbones',
