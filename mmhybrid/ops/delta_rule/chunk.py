@@ -88,17 +88,26 @@ def from_chunks(x):
     return x.reshape(B, n * chunk, H, *x.shape[4:])
 
 
+def _baddbmm(c, a, b, alpha=1):
+    """``c + alpha a @ b`` over any leading dims (one fused call)."""
+    lead = a.shape[:-2]
+    out = torch.baddbmm(c.reshape(-1, *c.shape[-2:]), a.reshape(-1, *a.shape[-2:]),
+                        b.reshape(-1, *b.shape[-2:]), alpha=alpha)
+    return out.view(*lead, *out.shape[-2:])
+
+
 def _rowdot(a, b):
     """``sum(a * b, -1)``, keeping the last dim."""
     return (a * b).sum(-1, keepdim=True)
 
 
 def _masks(chunk, device):
-    """(2, C, C) float masks: strictly lower (for A), lower with the diagonal
-    (for the intra-chunk scores P), made from aranges."""
+    """(C, C) bool mask of j <= r, and the (2, C, C) float masks strictly lower
+    (for A) and lower with the diagonal (for the intra-chunk scores P); made from
+    aranges."""
     index = torch.arange(chunk, device=device)
     below = index[:, None] - index[None, :]
-    return torch.stack((below > 0, below >= 0)).float()
+    return below >= 0, torch.stack((below > 0, below >= 0)).float()
 
 
 def _segment_forward(q, k, v, g, beta, state, scale, l2norm, save):
@@ -119,15 +128,15 @@ def _segment_forward(q, k, v, g, beta, state, scale, l2norm, save):
     eG = G.exp()
     gamma = eG[..., -1:]
     out_decay = (G[..., -1:] - G).exp()
-    # e^{G_r - G_j} under the two masks; the -inf keeps masked exponents finite
-    diff = (G[..., :, None] - G[..., None, :])[..., None, :, :]
-    mask = _masks(C, q.device).to(q.dtype)
-    decay = diff.masked_fill(mask == 0, -torch.inf).exp()  # (n, B, H, 2, C, C)
+    # D = e^{G_r - G_j} for j <= r, 0 above (the -inf keeps exponents finite)
+    lower, masks = _masks(C, q.device)
+    decay = (G[..., :, None] - G[..., None, :]).masked_fill(~lower, -torch.inf).exp()
     # rows [beta k; s q] of one (2C, K) block per chunk: one matmul by K^T gives
-    # A and the intra-chunk scores P
+    # A and the intra-chunk scores P. A keeps a diagonal that nothing reads (the
+    # inverse reads the strictly lower part; its terms cancel in dG)
     k_beta = k * beta[..., None]
     kq = torch.cat((k_beta, q), -2)
-    ap = (kq @ k.transpose(-1, -2)).unflatten(-2, (2, C)) * decay
+    ap = (kq @ k.transpose(-1, -2)).unflatten(-2, (2, C)) * decay[..., None, :, :]
     a, p = ap.unbind(-3)
     t = unit_lower_inverse(a).view(n, B, H, C, C)
     # [U, W] = T [diag(beta) V, diag(beta e^G) K]
@@ -143,13 +152,13 @@ def _segment_forward(q, k, v, g, beta, state, scale, l2norm, save):
     for i in range(n):
         states.append(torch.baddbmm(bias[i], trans[i], states[-1]))
     s_in = torch.stack(states[:n]).view(n, B, H, K, V)
-    delta = u - w @ s_in
+    delta = _baddbmm(u, w, s_in, alpha=-1)
     qg = q * eG[..., None]
-    o = qg @ s_in + p @ delta
+    o = _baddbmm(qg @ s_in, p, delta)
     saved = None
     if save:
-        saved = (q, k, v, beta, eG, gamma, out_decay, decay, ap, t, w, k_out,
-                 trans, s_in, delta, qg, kq, rq, rk)
+        saved = (q, k, v, beta, eG, gamma, out_decay, decay[..., None, :, :] *
+                 masks.to(q.dtype), ap, t, w, k_out, trans, s_in, delta, qg, kq, rq, rk)
     return o, states[n], saved
 
 
@@ -163,15 +172,15 @@ def _segment_backward(saved, do, dstate, scale, l2norm):
     p = ap[..., 1, :, :]
     x = p.transpose(-1, -2) @ do
     # adjoint recurrence dM_0 = (e^{G_C} I - K~^T W)^T dM_C + Q_g^T dO - W^T X
-    res = (qg.transpose(-1, -2) @ do - w.transpose(-1, -2) @ x).reshape(
-        n, B * H, K, V)
+    res = _baddbmm(qg.transpose(-1, -2) @ do, w.transpose(-1, -2), x,
+                   alpha=-1).reshape(n, B * H, K, V)
     trans_t = trans.transpose(-1, -2)
     dstates = [dstate]
     for i in range(n - 1, -1, -1):
         dstates.append(torch.baddbmm(res[i], trans_t[i], dstates[-1]))
     ds_out = torch.stack(dstates[n - 1::-1]).view(n, B, H, K, V)
 
-    d_delta = x + k_out @ ds_out
+    d_delta = _baddbmm(x, k_out, ds_out)
     dk_out = delta @ ds_out.transpose(-1, -2)
     dgamma = (s_in * ds_out).sum((-1, -2))[..., None]
     dqg = do @ s_in.transpose(-1, -2)
@@ -186,13 +195,14 @@ def _segment_backward(saved, do, dstate, scale, l2norm):
     dkb_dq = ef @ k
     dk = ef.transpose(-1, -2) @ kq
 
-    dq = dkb_dq[..., C:, :] + dqg * eG[..., None]
-    dG = dG + eG * _rowdot(dqg, q)[..., 0]
+    # fused multiply-adds into this function's own fresh tensors
+    dq = torch.addcmul(dkb_dq[..., C:, :], dqg, eG[..., None])
+    dG.addcmul_(eG, _rowdot(dqg, q)[..., 0])
     dv = neg_dv_beta * -beta[..., None]
-    dk_beta = dkb_dq[..., :C, :] + dk_beta_g * eG[..., None]
+    dk_beta = torch.addcmul(dkb_dq[..., :C, :], dk_beta_g, eG[..., None])
     dbeta = _rowdot(dk_beta, k) - _rowdot(neg_dv_beta, v)
-    dG = dG + beta * eG * _rowdot(dk_beta_g, k)[..., 0]
-    dk = dk + dk_beta * beta[..., None] + dk_out * out_decay[..., None]
+    dG.addcmul_(beta * eG, _rowdot(dk_beta_g, k)[..., 0])
+    dk.addcmul_(dk_beta, beta[..., None]).addcmul_(dk_out, out_decay[..., None])
     z_out = out_decay * _rowdot(dk_out, k)[..., 0]
     last = z_out.sum(-1, keepdim=True) + dgamma * gamma  # into G_C
     dG = dG - z_out + F.pad(last, (C - 1, 0))
