@@ -65,6 +65,38 @@ def test_chunk_matches_naive_forward_and_gradients(T):
                                        msg=f'{name}, chunk {chunk_size}')
 
 
+@pytest.mark.parametrize('T', [1, 15, 16, 17, 33, 50])
+@pytest.mark.parametrize('state', [False, True])
+def test_segments_match_naive_at_their_boundaries(T, state):
+    """Segments of 16 tokens (4 chunks of 4): lengths of one token, a segment
+    minus / plus one, two segments plus one; with and without an initial state."""
+    args = inputs(2, T, 2, 8, 6, state=state)
+    ref = grads(naive_gated_delta_rule, args)
+    out = grads(chunk_gated_delta_rule, args, chunk_size=4, segment_size=16)
+    for name, a, b in zip(('o', 'state', 'q', 'k', 'v', 'g', 'beta', 'h0'), out,
+                          ref):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=name)
+
+
+def test_segment_size_does_not_change_the_result():
+    """Streaming is the same computation: any segment length (rounded up to whole
+    chunks), with and without gradients, gives the same output and state."""
+    args = inputs(1, 77, 3, 8, 8)
+    full = run(chunk_gated_delta_rule, *args, chunk_size=8, segment_size=10**6)
+    for segment in (1, 8, 20, 64):
+        with torch.no_grad():
+            out = run(chunk_gated_delta_rule, *args, chunk_size=8,
+                      segment_size=segment)
+        for a, b in zip(out, full):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    ref = grads(chunk_gated_delta_rule, args, chunk_size=8, segment_size=10**6)
+    out = grads(chunk_gated_delta_rule, args, chunk_size=8, segment_size=24)
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match='segment_size'):
+        run(chunk_gated_delta_rule, *args, segment_size=0)
+
+
 @pytest.mark.parametrize('l2norm', [False, True])
 def test_chunk_backward_passes_gradcheck(l2norm):
     """The hand-written backward vs finite differences: 3 chunks of 2, padded."""
@@ -84,7 +116,13 @@ def test_chunk_gradients_without_initial_or_final_state(l2norm):
     out = grads(chunk_gated_delta_rule, args, final=False, l2norm=l2norm)
     assert out[1] is None
     for name, a, b in zip(('o', 'state', 'q', 'k', 'v', 'g', 'beta'), out, ref):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=name)
+        if a is None:
+            continue
+        # without the L2 norm the values grow to ~1e7 and g's gradient (a
+        # reverse cumulative sum) cancels down to ~1e-2 in places: tolerate
+        # 1e-12 of the tensor's scale there (1e-9 for values of order 1)
+        atol = 1e-12 * max(1e3, b.abs().max().item())
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=atol, msg=name)
 
 
 @pytest.mark.parametrize('chunk_size', [0, 3, 24])
@@ -180,3 +218,31 @@ def test_fla_agrees_with_chunk(dtype):
                           theirs, ours):
         err = (a.float() - b.float()).abs().max() / b.float().abs().max()
         assert err < tol, (name, err.item())
+
+
+def test_chunk_traces_whole_for_export_and_compile():
+    """No graph break and no host read-back: torch.export of the inference path
+    and torch.compile(fullgraph=True) of forward + backward both trace it."""
+    args = [t.float() for t in inputs(1, 40, 2, 4, 4, state=False)[:5]]
+
+    def op(q, k, v, g, beta):
+        return chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=8,
+                                      segment_size=16,
+                                      use_qk_l2norm_in_kernel=True)[0]
+
+    class Op(torch.nn.Module):
+        def forward(self, *args):
+            return op(*args)
+
+    with torch.no_grad():
+        exported = torch.export.export(Op(), tuple(args)).module()
+        torch.testing.assert_close(exported(*args), op(*args))
+    leaves = [t.requires_grad_() for t in args]
+    ref = grads(chunk_gated_delta_rule, leaves + [None], final=False,
+                chunk_size=8, segment_size=16)
+    compiled = torch.compile(op, fullgraph=True, backend='eager')
+    out = compiled(*leaves)
+    torch.manual_seed(1)
+    (out * torch.randn(out.shape, dtype=torch.float64).float()).sum().backward()
+    for a, b in zip([out] + [t.grad for t in leaves], [ref[0]] + ref[2:]):
+        torch.testing.assert_close(a, b)

@@ -56,6 +56,21 @@ def test_halo_gradients_match_naive(H, W, window):
         torch.testing.assert_close(a, b)
 
 
+def test_default_tiles_on_a_map_larger_than_the_window():
+    """7x7 windows on a 30x37 map: the default (8x8) tiles with border tiles
+    that are partly padding; forward and gradients against the N x N mask."""
+    tensors = qkv(1, 2, 30, 37, 8)
+    out = []
+    for backend in ('naive', 'halo'):
+        q, k, v = (t.clone().requires_grad_() for t in tensors)
+        o = sliding_window_attention(q, k, v, (30, 37), 7, backend=backend)
+        torch.manual_seed(1)
+        (o * torch.randn(o.shape, dtype=o.dtype)).sum().backward()
+        out.append([o, q.grad, k.grad, v.grad])
+    for a, b in zip(*out):
+        torch.testing.assert_close(a, b)
+
+
 def test_window_covering_the_map_is_global_attention():
     q, k, v = qkv(1, 2, 5, 7, 8)
     out = sliding_window_attention(q, k, v, (5, 7), 7)
@@ -81,3 +96,16 @@ def test_errors():
         sliding_window_attention(q, k, v, (4, 4), 0)
     with pytest.raises(KeyError, match='unknown sliding_window_attention backend'):
         sliding_window_attention(q, k, v, (4, 4), 3, backend='natten')
+
+
+def test_halo_traces_for_export():
+    """Tile indices and mask come from aranges of the sizes (no cache keyed on
+    sizes): torch.export traces the op and the program matches eager."""
+    q, k, v = (t.float() for t in qkv(1, 2, 12, 20, 8))
+
+    class Op(torch.nn.Module):
+        def forward(self, q, k, v):
+            return sliding_window_attention(q, k, v, (12, 20), 5, tile_size=6)
+
+    exported = torch.export.export(Op(), (q, k, v)).module()
+    torch.testing.assert_close(exported(q, k, v), Op()(q, k, v))

@@ -13,18 +13,15 @@ guidance). ``s_per_img`` combines the phases over ``--steps`` steps (unet scope)
 activation peak of a call per image, measured on CUDA only. Prints a table, writes
 CSV and PNG.
 
-    python tools/benchmark_sd.py                       # GPU: 512^2 and 1024^2, fp16
-    python tools/benchmark_sd.py --device cpu --reduced
+    python tools/benchmarks/run.py --suite sd                 # GPU: 512^2, 1024^2, fp16
+    python tools/benchmarks/run.py --suite sd --device cpu --reduced
 """
-import argparse
 import math
-import os
-import time
 
 import torch
 
+from common import min_time, peak_mib, save
 from mmhybrid.diffusion import ToMeElfattProcessor, apply_patch, remove_patch
-from mmhybrid.utils.results import write_csv
 
 SD15_UNET = dict(
     sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
@@ -34,37 +31,48 @@ SD15_UNET = dict(
     cross_attention_dim=768, attention_head_dim=8)
 
 
-def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+DEFAULTS = dict(unet_latents=[64, 128], attn_latents=[64, 128], batch=4,
+                ratios=[0.1, 0.2, 0.3, 0.4, 0.5],
+                block_sizes=[32, 56, 81, 128, 227, 512])
+# --reduced (CPU): unet at 256^2, attention at 512^2 and 1024^2, one image, ratio
+# 0.5, block 128, 2 repeats; options given on the command line still win
+REDUCED = dict(unet_latents=[32], attn_latents=[64, 128], batch=1, ratios=[0.5],
+               block_sizes=[128], repeat=2)
+
+
+def add_arguments(p):
     p.add_argument('--dtype', default=None, choices=['fp32', 'fp16', 'bf16'],
                    help='default: fp16 on CUDA, fp32 on CPU')
-    p.add_argument('--unet-latents', type=int, nargs='*', default=[64, 128],
-                   help='latent sizes of the unet scope (image = 8x latent)')
-    p.add_argument('--attn-latents', type=int, nargs='*', default=[64, 128],
-                   help='latent sizes of the attention scope')
-    p.add_argument('--batch', type=int, default=4, help='images per call (x2 for CFG)')
-    p.add_argument('--ratios', type=float, nargs='+', default=[0.1, 0.2, 0.3, 0.4, 0.5])
-    p.add_argument('--block-sizes', type=int, nargs='+', default=[32, 56, 81, 128, 227, 512],
+    p.add_argument('--unet-latents', type=int, nargs='*', default=None,
+                   help='latent sizes of the unet scope (image = 8x latent; 64 128)')
+    p.add_argument('--attn-latents', type=int, nargs='*', default=None,
+                   help='latent sizes of the attention scope (64 128)')
+    p.add_argument('--batch', type=int, default=None,
+                   help='images per call (x2 for CFG; 4)')
+    p.add_argument('--ratios', type=float, nargs='+', default=None,
+                   help='merge ratios (0.1 .. 0.5)')
+    p.add_argument('--block-sizes', type=int, nargs='+', default=None,
                    help='ELFATT block sizes swept at the largest ratio (Table 11)')
     p.add_argument('--block-size', type=int, default=128, help='block size of the ratio sweep')
     p.add_argument('--agent-tokens', type=int, default=None,
                    help='agents per layer (default: one per 4x4 window, N/16)')
     p.add_argument('--steps', type=int, default=50)
     p.add_argument('--elfatt-steps', type=float, default=0.2)
-    p.add_argument('--repeats', type=int, default=5)
     p.add_argument('--reduced', action='store_true',
-                   help='CPU mode: unet at 256^2, attention at 512^2 and 1024^2, one image, '
-                   'ratio 0.5, block 128, 2 repeats')
-    p.add_argument('--out', default='work_dirs/benchmark_sd')
-    args = p.parse_args()
-    if args.reduced:  # new defaults; options given on the command line still win
-        p.set_defaults(unet_latents=[32], attn_latents=[64, 128], batch=1, ratios=[0.5],
-                       block_sizes=[128], repeats=2)
-        args = p.parse_args()
+                   help='CPU mode: ' + ', '.join(f'{k} {v}' for k, v in REDUCED.items()))
+
+
+def default_repeat(args):
+    return REDUCED['repeat'] if args.reduced else 5
+
+
+def resolve(args):
+    """Fill the options not given: from REDUCED with --reduced, else DEFAULTS."""
+    for key, value in DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, REDUCED[key] if args.reduced else value)
     if args.dtype is None:
         args.dtype = 'fp16' if args.device == 'cuda' else 'fp32'
-    return args
 
 
 def methods(args):
@@ -106,33 +114,15 @@ def attention_scope(unet, latent, args, dtype):
     return call
 
 
-def sync(device):
-    if device == 'cuda':
-        torch.cuda.synchronize()
-
-
 @torch.inference_mode()
 def measure(call, t, repeats, device):
-    """Median seconds per call, CUDA activation peak in MiB, and the output.
-
-    On CUDA one warm-up call runs first; on the CPU the baseline's first call
-    warms the shared kernels (a UNet call there takes tens of seconds).
-    """
-    if device == 'cuda':
-        call(t)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        out = call(t)
-        sync(device)
-        times.append(time.perf_counter() - start)
-    peak = ((torch.cuda.max_memory_allocated() - before) / 2**20
-            if device == 'cuda' else float('nan'))
-    return sorted(times)[len(times) // 2], peak, out.float()
+    """Minimum seconds per call after the call that gives the output (the
+    warm-up), activation peak in MiB (CUDA only: a CPU UNet call takes tens of
+    seconds), and the output."""
+    out = call(t).float()
+    seconds = min_time(lambda: call(t), repeats, device, warmup=0)
+    peak = peak_mib(lambda: call(t), device) if device == 'cuda' else float('nan')
+    return seconds, peak, out
 
 
 def run(scope, make_call, unet, scheduler, latent, args, dtype):
@@ -149,7 +139,7 @@ def run(scope, make_call, unet, scheduler, latent, args, dtype):
         for phase, t in (('early', t_early), ('late', t_late)):
             if method == 'ToMe-SD' and phase == 'early':
                 continue  # one phase only
-            sec, peak, out = measure(call, t, args.repeats, args.device)
+            sec, peak, out = measure(call, t, args.repeat, args.device)
             if kwargs is None:
                 baseline[phase] = out
             diff = float((out - baseline[phase]).norm() / baseline[phase].norm())
@@ -216,8 +206,8 @@ def plot(results, path):
     fig.savefig(path, dpi=120)
 
 
-def main():
-    args = parse_args()
+def main(args):
+    resolve(args)
     from diffusers import DDIMScheduler, UNet2DConditionModel
     dtype = dict(fp32=torch.float32, fp16=torch.float16, bf16=torch.bfloat16)[args.dtype]
     torch.manual_seed(0)
@@ -237,12 +227,6 @@ def main():
         print('\nTable 12 layout: s/img vs ELFATT steps (from the measured unet phases)')
         for image, early_steps, sec in rows:
             print(f'{image:>5}^2  {early_steps:3d} ELFATT steps  {sec:8.3f} s/img')
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f'benchmark_sd_{args.device}')
-    write_csv(results, stem + '.csv')
+    stem = save(results, args.out, f'sd_{args.device}')
     plot(results, stem + '.png')
     print(f'wrote {stem}.csv and {stem}.png')
-
-
-if __name__ == '__main__':
-    main()

@@ -1,0 +1,29 @@
+"""The benchmark runner (tools/benchmarks/run.py): a tiny ops suite end to end."""
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ops_suite_writes_its_table(tmp_path):
+    """One op at one small stage: CSV and PNG written, the op and its linear
+    yardstick in it, times and ratios positive and consistent."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmarks' / 'run.py'), '--suite',
+         'ops', '--ops', 'swa', '--size', '64', '--stages', '4', '--repeat', '1',
+         '--device', 'cpu', '--out', str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1'))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / 'ops_cpu.png').stat().st_size > 0
+    rows = {r['op']: r for r in csv.DictReader(open(tmp_path / 'ops_cpu.csv'))}
+    assert set(rows) == {'swa', 'linear'}
+    op, linear = rows['swa'], rows['linear']
+    assert op['tokens'] == linear['tokens'] == '4' and op['channels'] == '256'
+    for key in ('fwd_ms', 'fwd_bwd_ms', 'gmacs', 'fwd_gmac_s'):
+        assert float(op[key]) > 0, key
+    ratio = float(op['fwd_ms']) / float(linear['fwd_ms'])
+    assert abs(float(op['fwd_x_linear_time']) / ratio - 1) < 1e-6
