@@ -77,7 +77,7 @@ class BidirectionalGatedDeltaNet(nn.Module):
             return torch.cat((t, t.flip(1)))
 
         q, k, v = (t.unflatten(-1, (self.num_heads, -1))
-                   for t in F.silu(both(qkv)).split(self.split, dim=-1))
+                   for t in both(F.silu(qkv)).split(self.split, dim=-1))
         o, _ = gated_delta_rule(q, k, v, both(g), both(beta),
                                 use_qk_l2norm_in_kernel=True)
         hidden = o[:B] + o[B:].flip(1)  # (B, N, heads, head_v_dim)
