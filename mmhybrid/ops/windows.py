@@ -72,6 +72,10 @@ def window_attention(q, k, v, num_heads, mask=None, bias=None, dropout_p=0.,
                      scale=None):
     """Softmax attention inside windows.
 
+    Windows are batched into the first dimension, so attention is the 4-D
+    (batch x windows, heads, L, d) call that every SDPA kernel and the ONNX
+    exporters take (CPU SDPA runs 5-D inputs on its slow unfused path).
+
     Args:
         q, k, v: (B, nW, L, C) windows of tokens.
         mask: (nW, L, L) bool, or None (all keys allowed; with no ``bias``,
@@ -82,16 +86,18 @@ def window_attention(q, k, v, num_heads, mask=None, bias=None, dropout_p=0.,
     """
     B, nW, L, C = q.shape
 
-    def heads(t):
-        return t.view(B, nW, L, num_heads, -1).transpose(2, 3)  # (B, nW, h, L, d)
+    def heads(t):  # (B * nW, heads, L, d), a view
+        return t.reshape(B * nW, L, num_heads, -1).transpose(1, 2)
 
     if mask is None and bias is None:
         out = softmax_attention(heads(q), heads(k), heads(v), dropout_p, scale)
-        return out.transpose(2, 3).reshape(B, nW, L, C)
-    attn_mask = mask[:, None]  # (nW, 1, L, L)
-    if bias is not None:  # (heads, L, L) -> (nW, heads, L, L)
-        attn_mask = torch.where(attn_mask, bias, float('-inf'))
-    out = F.scaled_dot_product_attention(heads(q), heads(k), heads(v),
-                                         attn_mask=attn_mask, dropout_p=dropout_p,
-                                         scale=scale)
-    return out.transpose(2, 3).reshape(B, nW, L, C)
+    else:
+        attn_mask = mask[:, None]  # (nW, 1, L, L)
+        if bias is not None:  # (heads, L, L) -> (nW, heads, L, L)
+            attn_mask = torch.where(attn_mask, bias, float('-inf'))
+        attn_mask = attn_mask.expand(B, *attn_mask.shape).reshape(
+            B * nW, *attn_mask.shape[1:])
+        out = F.scaled_dot_product_attention(heads(q), heads(k), heads(v),
+                                             attn_mask=attn_mask,
+                                             dropout_p=dropout_p, scale=scale)
+    return out.transpose(1, 2).reshape(B, nW, L, C)
