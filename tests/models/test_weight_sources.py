@@ -580,9 +580,9 @@ def test_report_never_hides_a_dropped_tensor(tmp_path, reports):
 def test_sola_in1k_pretraining_then_upernet_fine_tune(toy_data, tmp_path):
     """No public SoLA weights exist: our in1k config makes them. Pretrain a few
     iterations on generated ImageNet-layout data, then fine-tune UPerNet from
-    the classifier checkpoint (prefix='backbone.'): every backbone tensor of
-    the classifier loads; only the output norms of stages the classifier does
-    not return (norm0..2) are new."""
+    the classifier checkpoint (prefix='backbone.') and start Mask R-CNN from it:
+    every backbone tensor of the classifier loads; only the output norms of
+    stages the classifier does not return (norm0..2) are new."""
     from tests._tiny_toy_config import SOLA, write_tiny_toy_config
     from tests._toy_runner import build_toy_runner, toy_config
 
@@ -627,3 +627,21 @@ def test_sola_in1k_pretraining_then_upernet_fine_tune(toy_data, tmp_path):
         f'SoLAVision: loaded {n - 6}/{n} tensors from {checkpoint}; missing 6 '
         '(norm0, norm1, norm2); unexpected 0; shape-mismatched (checkpoint vs '
         'model) 0')
+
+    # the Mask R-CNN config starts from the same file, with the same report
+    from mmdet.registry import MODELS as DET_MODELS
+    det_cfg = load_config(ROOT / 'configs/sola/demo/mask-rcnn_sola-t_fpn_toy-coco.py')
+    det_cfg.model.backbone.update(
+        arch=SOLA['arch'], head_dim=SOLA['head_dim'], with_hsb=True,
+        init_cfg=dict(type='Pretrained', checkpoint=str(checkpoint),
+                      prefix='backbone.'))
+    det_cfg.model.neck.in_channels = list(SOLA['arch']['embed_dims'])
+    detector = DET_MODELS.build(det_cfg.model)
+    handler = Reports()
+    MMLogger.get_current_instance().addHandler(handler)
+    try:
+        detector.init_weights()
+    finally:
+        MMLogger.get_current_instance().removeHandler(handler)
+    det_line, = [r for r in handler.lines if r.startswith('SoLAVision:')]
+    assert det_line == line
