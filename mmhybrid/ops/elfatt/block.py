@@ -1,7 +1,9 @@
 """The local blockify head of ELFATT: exact softmax attention inside token blocks."""
 import torch
+import torch.nn.functional as F
 
 from ..attention import softmax_attention
+from ..tracing import is_tracing
 
 
 def block_attention(q, k, v, block_size, scale=None):
@@ -14,7 +16,9 @@ def block_attention(q, k, v, block_size, scale=None):
     FlashAttention applies on GPU; a shorter last block is its own call.
     That equals padding the last block and masking the padding (the reference
     :func:`naive_block_attention`), without a mask that would rule out
-    FlashAttention. Cost O(N * block_size * d).
+    FlashAttention. Cost O(N * block_size * d). A traced graph (ONNX export,
+    torch.compile, torch.export) serves every N: there the sequence is padded to
+    whole blocks and the padded keys are masked out, in one call.
 
     Args:
         q, k: (B, heads, N, d); v: (B, heads, N, dv).
@@ -29,6 +33,18 @@ def block_attention(q, k, v, block_size, scale=None):
     if block_size < 1:
         raise ValueError(f'block_size must be >= 1, got {block_size}')
     B, heads, N, d = q.shape
+    if is_tracing():
+        pad = (N + block_size - 1) // block_size * block_size - N
+
+        def padded_blocks(t):
+            t = F.pad(t, (0, 0, 0, pad))
+            return t.reshape(B, heads, -1, block_size, t.shape[-1])
+
+        valid = torch.arange(N + pad, device=q.device) < N  # keys in the sequence
+        out = F.scaled_dot_product_attention(
+            padded_blocks(q), padded_blocks(k), padded_blocks(v), scale=scale,
+            attn_mask=valid.reshape(-1, 1, block_size))
+        return out.reshape(B, heads, -1, v.shape[-1])[:, :, :N]
     num_full = N // block_size
     split = num_full * block_size
     outs = []

@@ -8,11 +8,18 @@ imply. A grid whose sides are not multiples of the window keeps full windows fro
 the top-left corner; the last window row / column is shorter. Windows of one shape
 form one region of the grid (at most four: full, right edge, bottom edge, corner),
 so every region is a single batched call with no padding and no mask.
+
+The regions depend on the grid size modulo the window, which a traced graph (ONNX
+export, torch.compile, torch.export) cannot: there the grid is zero-padded at the
+bottom/right to whole windows, one call covers all of them and the padded keys are
+masked out, which gives the same result for every size.
 """
 import math
 
 import torch
+import torch.nn.functional as F
 
+from ..tracing import is_tracing
 from .block import block_attention
 
 
@@ -31,9 +38,7 @@ def window_regions(hw_shape, window):
     ``window`` is a side or (height, width); ``rows x cols`` is tiled exactly by
     ``wh x ww`` windows, row-major.
     """
-    window = (window, window) if isinstance(window, int) else tuple(window)
-    if min(window) < 1:
-        raise ValueError(f'window sides must be >= 1, got {window}')
+    window = _window_tuple(window)
     splits = []
     for size, side in zip(hw_shape, window):
         full = size // side * side
@@ -44,13 +49,45 @@ def window_regions(hw_shape, window):
     return [(rows, cols, (wh, ww)) for rows, wh in splits[0] for cols, ww in splits[1]]
 
 
+def _padded_windows(tensors, hw_shape, window):
+    """(B, heads, H*W, d) tensors -> their grids zero-padded to whole ``window``s, in
+    window-major order (B, heads, nW * wh * ww, d), and the padded size (Hp, Wp)."""
+    (H, W), (wh, ww) = hw_shape, window
+    Hp, Wp = (H + wh - 1) // wh * wh, (W + ww - 1) // ww * ww
+    windowed = []
+    for t in tensors:
+        B, heads, _, d = t.shape
+        g = F.pad(t.reshape(B, heads, H, W, d), (0, 0, 0, Wp - W, 0, Hp - H))
+        g = g.reshape(B, heads, Hp // wh, wh, Wp // ww, ww, d).transpose(3, 4)
+        windowed.append(g.reshape(B, heads, -1, d))
+    return windowed, (Hp, Wp)
+
+
+def _from_padded_windows(x, hw_shape, padded, window):
+    """Inverse of :func:`_padded_windows` for one (B, heads, nW * wh * ww, d) tensor,
+    the padding dropped: (B, heads, H*W, d)."""
+    (H, W), (Hp, Wp), (wh, ww) = hw_shape, padded, window
+    B, heads, _, d = x.shape
+    x = x.reshape(B, heads, Hp // wh, Wp // ww, wh, ww, d).transpose(3, 4)
+    return x.reshape(B, heads, Hp, Wp, d)[:, :, :H, :W].reshape(B, heads, -1, d)
+
+
+def _window_tuple(window):
+    window = (window, window) if isinstance(window, int) else tuple(window)
+    if min(window) < 1:
+        raise ValueError(f'window sides must be >= 1, got {window}')
+    return window
+
+
 def map_windows(fn, tensors, hw_shape, window):
     """Apply ``fn`` window by window to (B, heads, H*W, d) raster-order tokens.
 
     For every region of :func:`window_regions`, ``fn(*windowed, (wh, ww))`` gets
     the region's tokens in window-major order, (B, heads, n * wh * ww, d), each
     window's tokens row-major, and returns (B, heads, n * wh * ww, d_out) in the
-    same order; the results go back to raster order.
+    same order; the results go back to raster order. Traced (see the module doc),
+    ``fn`` gets every window whole, the bottom/right ones zero-padded: right for
+    functions that treat zeros beyond the edge as padding (a zero-padded conv).
 
     Returns:
         (B, heads, H*W, d_out).
@@ -59,6 +96,10 @@ def map_windows(fn, tensors, hw_shape, window):
     B, heads, N = tensors[0].shape[:3]
     if N != H * W:
         raise ValueError(f'{N} tokens do not form a {H}x{W} grid')
+    if is_tracing():
+        window = _window_tuple(window)
+        windowed, padded = _padded_windows(tensors, hw_shape, window)
+        return _from_padded_windows(fn(*windowed, window), hw_shape, padded, window)
     grids = [t.reshape(B, heads, H, W, t.shape[-1]) for t in tensors]
     region_rows = {}
     for rows, cols, (wh, ww) in window_regions(hw_shape, window):
@@ -99,6 +140,27 @@ def window_block_attention(q, k, v, hw_shape, window, scale=None):
     if q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
         raise ValueError(f'q, k must be (B, heads, N, d) and v (B, heads, N, dv); '
                          f'got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
+
+    if is_tracing():
+        window = _window_tuple(window)
+        H, W = hw_shape
+        (q, k, v), padded = _padded_windows((q, k, v), hw_shape, window)
+        B, heads, _, d = q.shape
+        L = window[0] * window[1]
+        # keys inside the grid, per window: (nW, 1, L)
+        rows = torch.arange(padded[0], device=q.device) < H
+        cols = torch.arange(padded[1], device=q.device) < W
+        valid, _ = _padded_windows([(rows[:, None] & cols).reshape(1, 1, -1, 1)],
+                                   hw_shape=padded, window=window)
+
+        def blocks(t):
+            return t.reshape(B, heads, -1, L, t.shape[-1])
+
+        out = F.scaled_dot_product_attention(
+            blocks(q), blocks(k), blocks(v), scale=scale,
+            attn_mask=valid[0].reshape(-1, 1, L))
+        return _from_padded_windows(out.reshape(B, heads, -1, v.shape[-1]), hw_shape,
+                                    padded, window)
 
     def attend(q, k, v, size):
         return block_attention(q, k, v, size[0] * size[1], scale=scale)

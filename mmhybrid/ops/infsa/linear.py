@@ -20,11 +20,15 @@ No N x d temporary is made for float32/float64 inputs (``torch.matmul`` would co
 head views of a (B, N, C) projection; :func:`head_matmul` does not), and autograd keeps
 no copy of the inputs. Half-precision inputs are reduced in float32 one batch
 element at a time. :mod:`.fused` is the Triton version of the same passes.
+
+A traced graph (ONNX export, torch.compile, torch.export) must serve every batch
+size: there the per-batch-element loops become single broadcast ops.
 """
 import torch
 from torch.autograd.function import once_differentiable
 
 from ..head_matmul import head_matmul
+from ..tracing import is_tracing
 
 
 def _acc_dtype(x):
@@ -34,18 +38,27 @@ def _acc_dtype(x):
 
 def _energy(q, dtype):
     """Token energies ``||Q_i||`` (Eq. 16) in ``dtype``: (B, H, N)."""
+    if is_tracing():
+        return torch.linalg.vector_norm(q, dim=-1, dtype=dtype)
     return torch.stack([torch.linalg.vector_norm(x, dim=-1, dtype=dtype)
                         for x in q.unbind(0)])
 
 
+def _matmul(a, b, dtype):
+    """``a @ b`` in ``dtype``: :func:`head_matmul` eagerly, one matmul when traced."""
+    if is_tracing():
+        return torch.matmul(a.to(dtype), b.to(dtype))
+    return head_matmul(a, b, dtype)
+
+
 def _weighted_sum(weights, x):
     """(B, H, N) weights, (B, H, N, d) tokens -> (B, H, d) in the weights' dtype."""
-    return head_matmul(weights[..., None, :], x, weights.dtype).squeeze(-2)
+    return _matmul(weights[..., None, :], x, weights.dtype).squeeze(-2)
 
 
 def _project(x, vec):
     """(B, H, N, d) tokens, (B, H, d) vector -> (B, H, N) dot products."""
-    return head_matmul(x, vec[..., None], vec.dtype).squeeze(-1)
+    return _matmul(x, vec[..., None], vec.dtype).squeeze(-1)
 
 
 class _LinearInfSA(torch.autograd.Function):
@@ -75,23 +88,20 @@ class _LinearInfSA(torch.autograd.Function):
         keys = q if k is None else k
         acc = energy.dtype
         grad = grad_context.squeeze(-2).to(acc) / score_norm  # G / (S + eps)
-        grad_v = torch.empty_like(v)
-        torch.mul(scores[..., None], grad[..., None, :], out=grad_v)
+        grad_v = (scores[..., None] * grad[..., None, :]).to(v.dtype)
         grad_z = _project(v, grad) - (grad * context).sum(-1, keepdim=True)
         grad_z = grad_z * (scores > 0)
         grad_central = _weighted_sum(grad_z, keys) / energy_norm  # dm
         grad_energy = -(grad_central * central).sum(-1, keepdim=True)  # dE
         coef = (_project(q, grad_central) + grad_energy) / energy
-        coef = coef.masked_fill_(energy == 0, 0)
-        grad_q = torch.empty_like(q)
-        torch.mul(q, coef[..., None], out=grad_q)
-        grad_q.addcmul_(energy[..., None], grad_central[..., None, :])
+        coef = coef.masked_fill(energy == 0, 0)
+        grad_q = (q * coef[..., None]).addcmul_(energy[..., None],
+                                                grad_central[..., None, :])
         if k is None:
             grad_q.addcmul_(grad_z[..., None], central[..., None, :])
-            return grad_q, None, grad_v, None
-        grad_k = torch.empty_like(k)
-        torch.mul(grad_z[..., None], central[..., None, :], out=grad_k)
-        return grad_q, grad_k, grad_v, None
+            return grad_q.to(q.dtype), None, grad_v, None
+        grad_k = (grad_z[..., None] * central[..., None, :]).to(k.dtype)
+        return grad_q.to(q.dtype), grad_k, grad_v, None
 
 
 def torch_linear_infsa_context(q, k, v, eps=1e-6):
