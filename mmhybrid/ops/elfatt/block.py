@@ -37,8 +37,8 @@ def block_attention(q, k, v, block_size, scale=None):
         pad = (N + block_size - 1) // block_size * block_size - N
 
         def padded_blocks(t):
-            t = F.pad(t, (0, 0, 0, pad))
-            return t.reshape(B, heads, -1, block_size, t.shape[-1])
+            t = F.pad(t, (0, 0, 0, pad))  # 4-D for the ONNX exporters
+            return t.reshape(B * heads, -1, block_size, t.shape[-1])
 
         valid = torch.arange(N + pad, device=q.device) < N  # keys in the sequence
         out = F.scaled_dot_product_attention(

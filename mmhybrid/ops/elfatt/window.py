@@ -153,8 +153,8 @@ def window_block_attention(q, k, v, hw_shape, window, scale=None):
         valid, _ = _padded_windows([(rows[:, None] & cols).reshape(1, 1, -1, 1)],
                                    hw_shape=padded, window=window)
 
-        def blocks(t):
-            return t.reshape(B, heads, -1, L, t.shape[-1])
+        def blocks(t):  # 4-D for the ONNX exporters: (B * heads, nW, L, d)
+            return t.reshape(B * heads, -1, L, t.shape[-1])
 
         out = F.scaled_dot_product_attention(
             blocks(q), blocks(k), blocks(v), scale=scale,

@@ -61,24 +61,30 @@ def _project(x, vec):
     return _matmul(x, vec[..., None], vec.dtype).squeeze(-1)
 
 
+def _context(q, k, v, eps):
+    """The context (B, H, 1, dv) in the dtype of ``v`` and what the backward keeps."""
+    keys = q if k is None else k
+    acc = _acc_dtype(q)
+    # autocast would run the float32 reductions in half precision
+    with torch.autocast(q.device.type, enabled=False):
+        energy = _energy(q, acc)
+        energy_norm = energy.sum(-1, keepdim=True) + eps
+        central = _weighted_sum(energy, q) / energy_norm
+        scores = torch.relu(_project(keys, central))
+        score_norm = scores.sum(-1, keepdim=True) + eps
+        context = _weighted_sum(scores, v) / score_norm
+    return context.to(v.dtype)[..., None, :], (energy, energy_norm, central, scores,
+                                               score_norm, context)
+
+
 class _LinearInfSA(torch.autograd.Function):
     """Context ``h`` of Eq. 21, (B, H, 1, dv); ``k=None`` ties keys to queries."""
 
     @staticmethod
     def forward(ctx, q, k, v, eps):
-        keys = q if k is None else k
-        acc = _acc_dtype(q)
-        # autocast would run the float32 reductions in half precision
-        with torch.autocast(q.device.type, enabled=False):
-            energy = _energy(q, acc)
-            energy_norm = energy.sum(-1, keepdim=True) + eps
-            central = _weighted_sum(energy, q) / energy_norm
-            scores = torch.relu(_project(keys, central))
-            score_norm = scores.sum(-1, keepdim=True) + eps
-            context = _weighted_sum(scores, v) / score_norm
-        ctx.save_for_backward(q, k, v, energy, energy_norm, central, scores,
-                              score_norm, context)
-        return context.to(v.dtype)[..., None, :]
+        context, saved = _context(q, k, v, eps)
+        ctx.save_for_backward(q, k, v, *saved)
+        return context
 
     @staticmethod
     @once_differentiable
@@ -113,7 +119,11 @@ def torch_linear_infsa_context(q, k, v, eps=1e-6):
     Returns:
         The context in the dtype of ``v``, accumulated in at least float32.
     """
-    return _LinearInfSA.apply(q, None if k is q else k, v, eps)
+    k = None if k is q else k
+    if (torch.is_grad_enabled() and not torch.jit.is_tracing()
+            and any(x is not None and x.requires_grad for x in (q, k, v))):
+        return _LinearInfSA.apply(q, k, v, eps)
+    return _context(q, k, v, eps)[0]
 
 
 def linear_infsa_weights(q, k, eps=1e-6):

@@ -318,6 +318,7 @@ def chunk_bi_wkv(w, u, k, v):
                             'the compiled fp32 path would lose precision')
     elif not torch.jit.is_tracing() and not fast:
         return _wide_range_bi_wkv(w, u, k, v)
-    if torch.is_grad_enabled() and any(x.requires_grad for x in (w, u, k, v)):
+    if (torch.is_grad_enabled() and not torch.jit.is_tracing()
+            and any(x.requires_grad for x in (w, u, k, v))):
         return _ChunkBiWKV.apply(w, u, k, v)
     return _fast_bi_wkv(w, u, k, v)[0]
