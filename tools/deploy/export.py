@@ -11,7 +11,7 @@ raw logits) or a backbone type such as ``mmhybrid.SoLAVision`` whose arguments c
 from ``--cfg-options`` (e.g. ``arch=t``).
 
 The graph takes (batch, 3, H, W) images with dynamic batch, height and width
-(multiples of ``--stride``; ``--static`` fixes the export size). After exporting,
+(as general as torch.export's guards allow; ``--static`` fixes the export size). After exporting,
 the file is run (onnxruntime's CPU provider, or the loaded ``ExportedProgram``) at
 three sizes none of which is the export size and compared with eager PyTorch; a
 relative error above ``--tol`` (max |diff| / max |eager| per output), an error at
@@ -146,13 +146,13 @@ def _as_tuple(out):
     return tuple(out) if isinstance(out, (tuple, list)) else (out, )
 
 
-def export_onnx(model, x, path, exporter='torchscript', static=False, stride=32):
+def export_onnx(model, x, path, exporter='torchscript', static=False):
     """Write ``model`` on images like ``x`` to ``path`` (opset >= 17)."""
     with torch.no_grad():
         n_out = len(_as_tuple(model(x)))
     names = [f'out{i}' for i in range(n_out)]
     if exporter == 'dynamo':
-        dynamic = None if static else (_dims(stride), )
+        dynamic = None if static else (_dims(), )
         torch.onnx.export(model, (x, ), path, dynamo=True, opset_version=OPSET,
                           input_names=['input'], output_names=names,
                           dynamic_shapes=dynamic, optimize=True,
@@ -167,17 +167,19 @@ def export_onnx(model, x, path, exporter='torchscript', static=False, stride=32)
     return path
 
 
-def _dims(stride):
-    batch = torch.export.Dim('batch', min=1, max=64)
-    h = torch.export.Dim('h', min=2, max=256)
-    w = torch.export.Dim('w', min=2, max=256)
-    return {0: batch, 2: stride * h, 3: stride * w}
+def _dims():
+    """Dynamic batch, H and W. ``Dim.AUTO`` lets torch.export keep each size as
+    general as its guards allow (lower bounds such as two blocks per stage become
+    range constraints) instead of failing; a size it had to fix shows up in the
+    check at other sizes."""
+    auto = torch.export.Dim.AUTO
+    return {0: auto, 2: auto, 3: auto}
 
 
-def export_program(model, x, path=None, static=False, stride=32):
+def export_program(model, x, path=None, static=False):
     """``torch.export`` of ``model`` with dynamic batch, H and W; saved to ``path``."""
     program = torch.export.export(
-        model, (x, ), dynamic_shapes=None if static else (_dims(stride), ))
+        model, (x, ), dynamic_shapes=None if static else (_dims(), ))
     if path:
         torch.export.save(program, path)
     return program
@@ -256,10 +258,10 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
     x = torch.randn(batch, 3, *shape)
     start = time.perf_counter()
     if fmt == 'onnx':
-        export_onnx(model, x, path, exporter, static, stride)
+        export_onnx(model, x, path, exporter, static)
         run = onnx_runner(path)
     else:
-        run = program_runner(export_program(model, x, path, static, stride))
+        run = program_runner(export_program(model, x, path, static))
     lines = [f'exported {path} ({fmt}{"/" + exporter if fmt == "onnx" else ""}, '
              f'{"static" if static else "dynamic batch/H/W"}) in '
              f'{time.perf_counter() - start:.1f} s']

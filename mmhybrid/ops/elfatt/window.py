@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..tracing import is_tracing
-from .block import block_attention
+from .block import block_attention, masked_attention
 
 
 def block_window(block_size):
@@ -51,25 +51,28 @@ def window_regions(hw_shape, window):
 
 def _padded_windows(tensors, hw_shape, window):
     """(B, heads, H*W, d) tensors -> their grids zero-padded to whole ``window``s, in
-    window-major order (B, heads, nW * wh * ww, d), and the padded size (Hp, Wp)."""
+    window-major order (B, heads, nh * nw, wh * ww, d), and (nh, nw). Sizes are
+    explicit (no -1) for torch.export."""
     (H, W), (wh, ww) = hw_shape, window
-    Hp, Wp = (H + wh - 1) // wh * wh, (W + ww - 1) // ww * ww
+    nh, nw = (H + wh - 1) // wh, (W + ww - 1) // ww
     windowed = []
     for t in tensors:
         B, heads, _, d = t.shape
-        g = F.pad(t.reshape(B, heads, H, W, d), (0, 0, 0, Wp - W, 0, Hp - H))
-        g = g.reshape(B, heads, Hp // wh, wh, Wp // ww, ww, d).transpose(3, 4)
-        windowed.append(g.reshape(B, heads, -1, d))
-    return windowed, (Hp, Wp)
+        g = F.pad(t.reshape(B, heads, H, W, d), (0, 0, 0, nw * ww - W, 0, nh * wh - H))
+        g = g.reshape(B, heads, nh, wh, nw, ww, d).transpose(3, 4)
+        windowed.append(g.reshape(B, heads, nh * nw, wh * ww, d))
+    return windowed, (nh, nw)
 
 
-def _from_padded_windows(x, hw_shape, padded, window):
-    """Inverse of :func:`_padded_windows` for one (B, heads, nW * wh * ww, d) tensor,
-    the padding dropped: (B, heads, H*W, d)."""
-    (H, W), (Hp, Wp), (wh, ww) = hw_shape, padded, window
-    B, heads, _, d = x.shape
-    x = x.reshape(B, heads, Hp // wh, Wp // ww, wh, ww, d).transpose(3, 4)
-    return x.reshape(B, heads, Hp, Wp, d)[:, :, :H, :W].reshape(B, heads, -1, d)
+def _from_padded_windows(x, hw_shape, counts, window):
+    """Inverse of :func:`_padded_windows` for one tensor, the padding dropped (by
+    index_select: no size guard for torch.export): (B, heads, H*W, d)."""
+    (H, W), (nh, nw), (wh, ww) = hw_shape, counts, window
+    B, heads, d = x.shape[0], x.shape[1], x.shape[-1]
+    x = x.reshape(B, heads, nh, nw, wh, ww, d).transpose(3, 4)
+    x = x.reshape(B, heads, nh * wh, nw * ww, d)
+    x = x.index_select(2, torch.arange(H, device=x.device))
+    return x.index_select(3, torch.arange(W, device=x.device)).reshape(B, heads, H * W, d)
 
 
 def _window_tuple(window):
@@ -98,8 +101,9 @@ def map_windows(fn, tensors, hw_shape, window):
         raise ValueError(f'{N} tokens do not form a {H}x{W} grid')
     if is_tracing():
         window = _window_tuple(window)
-        windowed, padded = _padded_windows(tensors, hw_shape, window)
-        return _from_padded_windows(fn(*windowed, window), hw_shape, padded, window)
+        windowed, counts = _padded_windows(tensors, hw_shape, window)
+        out = fn(*(t.flatten(2, 3) for t in windowed), window)
+        return _from_padded_windows(out, hw_shape, counts, window)
     grids = [t.reshape(B, heads, H, W, t.shape[-1]) for t in tensors]
     region_rows = {}
     for rows, cols, (wh, ww) in window_regions(hw_shape, window):
@@ -144,23 +148,22 @@ def window_block_attention(q, k, v, hw_shape, window, scale=None):
     if is_tracing():
         window = _window_tuple(window)
         H, W = hw_shape
-        (q, k, v), padded = _padded_windows((q, k, v), hw_shape, window)
-        B, heads, _, d = q.shape
-        L = window[0] * window[1]
+        (q, k, v), counts = _padded_windows((q, k, v), hw_shape, window)
+        B, heads, nW, L, _ = q.shape
         # keys inside the grid, per window: (nW, 1, L)
-        rows = torch.arange(padded[0], device=q.device) < H
-        cols = torch.arange(padded[1], device=q.device) < W
-        valid, _ = _padded_windows([(rows[:, None] & cols).reshape(1, 1, -1, 1)],
-                                   hw_shape=padded, window=window)
+        rows = torch.arange(counts[0] * window[0], device=q.device) < H
+        cols = torch.arange(counts[1] * window[1], device=q.device) < W
+        inside = (rows[:, None] & cols).reshape(1, 1, -1, 1)
+        valid = _padded_windows([inside], (counts[0] * window[0], counts[1] * window[1]),
+                                window)[0][0]
 
         def blocks(t):  # 4-D for the ONNX exporters: (B * heads, nW, L, d)
-            return t.reshape(B * heads, -1, L, t.shape[-1])
+            return t.reshape(B * heads, nW, L, t.shape[-1])
 
-        out = F.scaled_dot_product_attention(
-            blocks(q), blocks(k), blocks(v), scale=scale,
-            attn_mask=valid[0].reshape(-1, 1, L))
-        return _from_padded_windows(out.reshape(B, heads, -1, v.shape[-1]), hw_shape,
-                                    padded, window)
+        out = masked_attention(blocks(q), blocks(k), blocks(v),
+                               valid.reshape(nW, 1, L), scale)
+        return _from_padded_windows(out.reshape(B, heads, nW, L, v.shape[-1]),
+                                    hw_shape, counts, window)
 
     def attend(q, k, v, size):
         return block_attention(q, k, v, size[0] * size[1], scale=scale)
