@@ -32,19 +32,27 @@ def _load_tool():
 export = _load_tool()
 onnx = pytest.importorskip('onnxruntime')
 
-SHAPE = (64, 96)  # export size; the checks run at three others
+SHAPE = (96, 128)  # export size (3 x 4 tokens at stride 32); checks at three others
 TOL = 1e-4
 
 # (case, check) -> the cause, for cells that fail because of code outside the ops
 KNOWN = {
     ('swin-local', 'onnx-torchscript'): 'layers/window_attention.py: -(-H // wh) '
     'becomes a truncating Div in the TorchScript exporter (padded size wrong)',
-    ('cswin-local', 'onnx-torchscript'): 'layers/window_attention.py: '
-    'torch.eye(dtype=bool) becomes EyeLike(bool), not in onnxruntime CPU',
 }
+DELTA = ('ops/delta_rule/chunk.py: (T - 1).bit_length() on a traced size, out= '
+         'into non-contiguous slices; ops/sliding_window/halo.py: lru_cache keyed on '
+         'SymInt sizes (owned by the delta-rule / sliding-window work)')
+for _name in ('sola-GWS', 'infinitevl'):
+    for _check in ('onnx-torchscript', 'onnx-dynamo', 'torch-export', 'compile'):
+        KNOWN[(_name, _check)] = DELTA
+for _check in ('onnx-dynamo', 'torch-export'):
+    KNOWN[('swin-local', _check)] = ('layers/window_attention.py: the `fits` branch '
+                                     '(no shift when the map fits one window) is a '
+                                     'guard on H and W')
 # the historical layer draws its random H_0 per token count: dynamic export refuses
 REFUSED = {'havit'}
-SAMPLE = {'sola-LS', 'swin-elfatt', 'infvit-linear'}
+SAMPLE = {'sola-min', 'infvit-linear'}
 
 
 def _params(check, sample=SAMPLE):
@@ -73,7 +81,7 @@ def test_onnx_torchscript_exporter(name, tmp_path):
     _assert_exported(name, ok, lines)
 
 
-@pytest.mark.parametrize('name', _params('onnx-dynamo', sample={'sola-LS'}))
+@pytest.mark.parametrize('name', _params('onnx-dynamo', sample=()))
 def test_onnx_dynamo_exporter(name, tmp_path):
     ok, lines = export.export_and_check(build_case(name), SHAPE,
                                         str(tmp_path / 'm.onnx'), 'onnx', 'dynamo',
@@ -81,7 +89,7 @@ def test_onnx_dynamo_exporter(name, tmp_path):
     _assert_exported(name, ok, lines)
 
 
-@pytest.mark.parametrize('name', _params('torch-export'))
+@pytest.mark.parametrize('name', _params('torch-export', sample={'havit-zero'}))
 def test_torch_export_dynamic_hw(name, tmp_path):
     ok, lines = export.export_and_check(build_case(name), SHAPE,
                                         str(tmp_path / 'm.pt2'), 'torch-export',
@@ -89,7 +97,7 @@ def test_torch_export_dynamic_hw(name, tmp_path):
     _assert_exported(name, ok, lines)
 
 
-@pytest.mark.parametrize('name', _params('compile', sample={'sola-LS'}))
+@pytest.mark.parametrize('name', _params('compile', sample={'infvit-linear'}))
 def test_compile_fullgraph_forward_backward(name):
     """No graph break (fullgraph) and eager's outputs and gradients; aot_eager
     traces forward and backward like inductor without its C++ compile time."""
@@ -112,7 +120,7 @@ def test_havit_static_export_matches(tmp_path):
 
 
 def test_refuses_wkv_decay_outside_exported_range(tmp_path):
-    model = build_case('sola-LS')
+    model = build_case('sola-min')
     with torch.no_grad():
         next(p for n, p in model.named_parameters()
              if n.endswith('spatial_decay'))[0] = 100.
@@ -143,16 +151,19 @@ def test_exportable_adaptive_pool_is_adaptive_avg_pool(size, bins):
                                F.adaptive_avg_pool2d(x, bins))
 
 
-def _tiny_upernet(backbone):
+def _tiny_upernet(name):
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
+    from cases import CASES
+    with torch.no_grad():
+        channels = [o.shape[1] for o in build_case(name)(torch.randn(1, 3, 64, 64))]
     init_default_scope('mmseg')
     norm = dict(type='BN', requires_grad=True)
     model = MODELS.build(dict(
         type='EncoderDecoder',
         data_preprocessor=dict(type='SegDataPreProcessor', size_divisor=32),
-        backbone=backbone,
-        decode_head=dict(type='UPerHead', in_channels=[16, 16, 32, 32],
+        backbone=dict(CASES[name]),
+        decode_head=dict(type='UPerHead', in_channels=channels,
                          in_index=[0, 1, 2, 3], pool_scales=(1, 2, 3, 6),
                          channels=16, num_classes=5, norm_cfg=norm,
                          align_corners=False)))
@@ -164,10 +175,10 @@ def _tiny_upernet(backbone):
     'dynamo', marks=pytest.mark.slow)])
 def test_upernet_segmentor_dynamic_onnx(exporter, tmp_path):
     """The whole UPerNet (backbone, PPM, FPN, logits) with dynamic H/W: mmseg's
-    adaptive pooling is swapped for the exportable pooling matrices."""
-    from cases import CASES
+    adaptive pooling is swapped for the exportable pooling matrices. (The backbone
+    is a quick one: the backbones have their own tests above.)"""
     from mmengine.model import revert_sync_batchnorm
-    segmentor = revert_sync_batchnorm(_tiny_upernet(dict(CASES['sola-LS'])))
+    segmentor = revert_sync_batchnorm(_tiny_upernet('swin-global'))
     assert export.make_exportable(segmentor) == 4
     model = export.SegmentorLogits(segmentor)
     model.eval()

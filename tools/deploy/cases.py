@@ -11,6 +11,10 @@ DIMS = (16, 16, 32, 32)
 VIT = dict(embed_dims=32, depth=3, num_heads=4, mlp_ratio=2.)
 
 CASES = {
+    # the smallest SoLA with every part (WKV, softmax, a Hidden State Bridge)
+    'sola-min': dict(type='mmhybrid.SoLAVision', head_dim=16, drop_path_rate=0.,
+                     arch=dict(embed_dims=DIMS, schedule='L/L/LS/L',
+                               hsb_routes=(((1, 1), (3, 2)), ))),
     'sola-LS': dict(type='mmhybrid.SoLAVision', head_dim=16, drop_path_rate=0.,
                     arch=dict(embed_dims=DIMS, schedule='LL/LL/LLSLLS/LS',
                               hsb_routes=SOLA_ROUTES)),
