@@ -46,10 +46,13 @@ DELTA = ('ops/delta_rule/chunk.py: (T - 1).bit_length() on a traced size, out= '
 for _name in ('sola-GWS', 'infinitevl'):
     for _check in ('onnx-torchscript', 'onnx-dynamo', 'torch-export', 'compile'):
         KNOWN[(_name, _check)] = DELTA
-for _check in ('onnx-dynamo', 'torch-export'):
-    KNOWN[('swin-local', _check)] = ('layers/window_attention.py: the `fits` branch '
-                                     '(no shift when the map fits one window) is a '
-                                     'guard on H and W')
+FITS = ('layers/window_attention.py: the `fits` branch (no shift when the map fits '
+        'one window) is a guard on H and W')
+SDPA_5D = ('layers/window_attention.py _window_attention: 5-D '
+           'scaled_dot_product_attention; the dynamo ONNX exporter takes 4-D only')
+KNOWN[('swin-local', 'torch-export')] = FITS
+KNOWN[('swin-local', 'onnx-dynamo')] = FITS + '; ' + SDPA_5D
+KNOWN[('cswin-local', 'onnx-dynamo')] = SDPA_5D
 # the historical layer draws its random H_0 per token count: dynamic export refuses
 REFUSED = {'havit'}
 SAMPLE = {'sola-min', 'infvit-linear'}

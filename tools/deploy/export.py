@@ -7,8 +7,9 @@
 
 CONFIG_OR_BACKBONE is a config file (mmseg, mmdet or mmpretrain; ``--part`` picks its
 backbone or, for an mmseg ``EncoderDecoder``, the whole inference graph up to the
-raw logits) or a backbone type such as ``mmhybrid.SoLAVision`` whose arguments come
-from ``--cfg-options`` (e.g. ``arch=t``).
+raw logits), a backbone type such as ``mmhybrid.SoLAVision`` whose arguments come
+from ``--cfg-options`` (e.g. ``arch=t``), or the name of a tiny backbone of
+``tools/deploy/cases.py``.
 
 The graph takes (batch, 3, H, W) images with dynamic batch, height and width
 (as general as torch.export's guards allow; ``--static`` fixes the export size). After exporting,
@@ -91,7 +92,11 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
     import mmhybrid  # noqa: F401  registers our models
     from mmengine.model import revert_sync_batchnorm
     from mmengine.runner import load_checkpoint
-    if spec.endswith('.py'):
+    sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+    from cases import CASES, build_case
+    if spec in CASES:  # the tiny backbones of tools/deploy/cases.py
+        model = build_case(spec)
+    elif spec.endswith('.py'):
         from mmengine.registry import MODELS, init_default_scope
         from mmhybrid.utils import load_config
         cfg = load_config(spec, cfg_options)
