@@ -224,7 +224,8 @@ def test_traced_op_forms_match_references_at_awkward_sizes():
         return torch.randn(*shape, dtype=d)
 
     w, u = rand(5) / 40, rand(5)
-    wkv = _exported(chunk_bi_wkv, (rand(2, 40, 5), rand(2, 40, 5)), ({1: T}, {1: T}), (w, u))
+    wkv = _exported(chunk_bi_wkv, (rand(2, 40, 5), rand(2, 40, 5)), ({1: T}, {1: T}),
+                    (w, u))
     for t in (3, 17, 97):
         k, v = rand(2, t, 5), rand(2, t, 5)
         torch.testing.assert_close(wkv(k, v), naive_bi_wkv(w, u, k, v))
@@ -236,7 +237,8 @@ def test_traced_op_forms_match_references_at_awkward_sizes():
                      qkv + (rand(1, 3, 40, 40), ), dims + ({2: N, 3: N}, ))
     block = _exported(lambda q, k, v: block_attention(q, k, v, 8), qkv, dims)
     for n in (13, 29, 75):  # from two blocks up (asserted by the program)
-        q, k, v, h = rand(2, 3, n, 8), rand(2, 3, n, 8), rand(2, 3, n, 8), rand(1, 3, n, n)
+        q, k, v = (rand(2, 3, n, 8) for _ in range(3))
+        h = rand(1, 3, n, n)
         torch.testing.assert_close(pure(q, k, v), naive_pure_infsa(q, k, v))
         torch.testing.assert_close(hist(q, k, v, h),
                                    naive_historical_attention(q, k, v, h)[0])

@@ -11,13 +11,13 @@ raw logits), a backbone type such as ``mmhybrid.SoLAVision`` whose arguments com
 from ``--cfg-options`` (e.g. ``arch=t``), or the name of a tiny backbone of
 ``tools/deploy/cases.py``.
 
-The graph takes (batch, 3, H, W) images with dynamic batch, height and width
-(as general as torch.export's guards allow; ``--static`` fixes the export size). After exporting,
-the file is run (onnxruntime's CPU provider, or the loaded ``ExportedProgram``) at
-three sizes none of which is the export size and compared with eager PyTorch; a
-relative error above ``--tol`` (max |diff| / max |eager| per output), an error at
-run time, or a model the graph cannot represent (see :func:`refusals`) deletes the
-file and exits with status 1 and the reason.
+The graph takes (batch, 3, H, W) images with dynamic batch, height and width (as
+general as torch.export's guards allow; ``--static`` fixes the export size). After
+exporting, the file is run (onnxruntime's CPU provider, or the loaded
+``ExportedProgram``) at three sizes none of which is the export size and compared
+with eager PyTorch; a relative error above ``--tol`` (max |diff| / max |eager| per
+output), an error at run time, or a model the graph cannot represent (see
+:func:`refusals`) deletes the file and exits with status 1 and the reason.
 
 mmseg's pyramid pooling (PPM, UPerNet's head) uses ``nn.AdaptiveAvgPool2d``, which
 the ONNX exporters cannot size from dynamic H and W; the segmentor is exported with

@@ -97,7 +97,8 @@ def _carries(S, w, L):
     # e^{(j - centre) L w} factors the chunk-to-chunk decay; within e^{+-T|w|/2}
     f = torch.exp(_chunk_positions(S.shape[-1], S) * (L * w)[..., None])
     left = torch.cumsum(S[..., 0, :] * f, dim=-1)[..., :-1] / f[..., :-1]
-    right = torch.cumsum((S[..., 1, :] / f).flip(-1), dim=-1).flip(-1)[..., 1:] * f[..., 1:]
+    right = torch.cumsum((S[..., 1, :] / f).flip(-1), dim=-1).flip(-1)
+    right = right[..., 1:] * f[..., 1:]
     zero = torch.zeros_like(S[..., 0, :1])
     return torch.stack((torch.cat((zero, left), dim=-1),
                         torch.cat((right, zero), dim=-1)), dim=-2)
@@ -183,8 +184,8 @@ class _ChunkBiWKV(torch.autograd.Function):
         dw = du = dk = dv = None
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
             C = a.shape[0]
-            dK = (torch.bmm(av.reshape(C, -1, L).transpose(1, 2), z_num.reshape(C, -1, L)) +
-                  torch.bmm(a.reshape(C, -1, L).transpose(1, 2), z_den.reshape(C, -1, L)))
+            dK = sum(torch.bmm(x.reshape(C, -1, L).transpose(1, 2), z.reshape(C, -1, L))
+                     for x, z in ((av, z_num), (a, z_den)))
             z_states = torch.stack((s_num, s_den)).transpose(-1, -2)
             dw, du = _parameter_grads(wf, uf, L, dK, states, z_states)
             dw, du = dw.to(w.dtype), du.to(u.dtype)
