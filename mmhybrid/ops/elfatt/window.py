@@ -8,12 +8,19 @@ imply. A grid whose sides are not multiples of the window keeps full windows fro
 the top-left corner; the last window row / column is shorter. Windows of one shape
 form one region of the grid (at most four: full, right edge, bottom edge, corner),
 so every region is a single batched call with no padding and no mask.
+
+The regions depend on the grid size modulo the window, which a traced graph (ONNX
+export, torch.compile, torch.export) cannot: there the grid is zero-padded at the
+bottom/right to whole windows, one call covers all of them and the padded keys are
+masked out, which gives the same result for every size.
 """
 import math
 
 import torch
+import torch.nn.functional as F
 
-from .block import block_attention
+from ..tracing import is_tracing
+from .block import block_attention, masked_attention
 
 
 def block_window(block_size):
@@ -31,9 +38,7 @@ def window_regions(hw_shape, window):
     ``window`` is a side or (height, width); ``rows x cols`` is tiled exactly by
     ``wh x ww`` windows, row-major.
     """
-    window = (window, window) if isinstance(window, int) else tuple(window)
-    if min(window) < 1:
-        raise ValueError(f'window sides must be >= 1, got {window}')
+    window = _window_tuple(window)
     splits = []
     for size, side in zip(hw_shape, window):
         full = size // side * side
@@ -44,13 +49,48 @@ def window_regions(hw_shape, window):
     return [(rows, cols, (wh, ww)) for rows, wh in splits[0] for cols, ww in splits[1]]
 
 
+def _padded_windows(tensors, hw_shape, window):
+    """(B, heads, H*W, d) tensors -> their grids zero-padded to whole ``window``s, in
+    window-major order (B, heads, nh * nw, wh * ww, d), and (nh, nw). Sizes are
+    explicit (no -1) for torch.export."""
+    (H, W), (wh, ww) = hw_shape, window
+    nh, nw = (H + wh - 1) // wh, (W + ww - 1) // ww
+    windowed = []
+    for t in tensors:
+        B, heads, _, d = t.shape
+        g = F.pad(t.reshape(B, heads, H, W, d), (0, 0, 0, nw * ww - W, 0, nh * wh - H))
+        g = g.reshape(B, heads, nh, wh, nw, ww, d).transpose(3, 4)
+        windowed.append(g.reshape(B, heads, nh * nw, wh * ww, d))
+    return windowed, (nh, nw)
+
+
+def _from_padded_windows(x, hw_shape, counts, window):
+    """Inverse of :func:`_padded_windows` for one tensor, the padding dropped (by
+    index_select: no size guard for torch.export): (B, heads, H*W, d)."""
+    (H, W), (nh, nw), (wh, ww) = hw_shape, counts, window
+    B, heads, d = x.shape[0], x.shape[1], x.shape[-1]
+    x = x.reshape(B, heads, nh, nw, wh, ww, d).transpose(3, 4)
+    x = x.reshape(B, heads, nh * wh, nw * ww, d)
+    x = x.index_select(2, torch.arange(H, device=x.device))
+    return x.index_select(3, torch.arange(W, device=x.device)).reshape(B, heads, H * W, d)
+
+
+def _window_tuple(window):
+    window = (window, window) if isinstance(window, int) else tuple(window)
+    if min(window) < 1:
+        raise ValueError(f'window sides must be >= 1, got {window}')
+    return window
+
+
 def map_windows(fn, tensors, hw_shape, window):
     """Apply ``fn`` window by window to (B, heads, H*W, d) raster-order tokens.
 
     For every region of :func:`window_regions`, ``fn(*windowed, (wh, ww))`` gets
     the region's tokens in window-major order, (B, heads, n * wh * ww, d), each
     window's tokens row-major, and returns (B, heads, n * wh * ww, d_out) in the
-    same order; the results go back to raster order.
+    same order; the results go back to raster order. Traced (see the module doc),
+    ``fn`` gets every window whole, the bottom/right ones zero-padded: right for
+    functions that treat zeros beyond the edge as padding (a zero-padded conv).
 
     Returns:
         (B, heads, H*W, d_out).
@@ -59,6 +99,11 @@ def map_windows(fn, tensors, hw_shape, window):
     B, heads, N = tensors[0].shape[:3]
     if N != H * W:
         raise ValueError(f'{N} tokens do not form a {H}x{W} grid')
+    if is_tracing():
+        window = _window_tuple(window)
+        windowed, counts = _padded_windows(tensors, hw_shape, window)
+        out = fn(*(t.flatten(2, 3) for t in windowed), window)
+        return _from_padded_windows(out, hw_shape, counts, window)
     grids = [t.reshape(B, heads, H, W, t.shape[-1]) for t in tensors]
     region_rows = {}
     for rows, cols, (wh, ww) in window_regions(hw_shape, window):
@@ -99,6 +144,26 @@ def window_block_attention(q, k, v, hw_shape, window, scale=None):
     if q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
         raise ValueError(f'q, k must be (B, heads, N, d) and v (B, heads, N, dv); '
                          f'got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
+
+    if is_tracing():
+        window = _window_tuple(window)
+        H, W = hw_shape
+        (q, k, v), counts = _padded_windows((q, k, v), hw_shape, window)
+        B, heads, nW, L, _ = q.shape
+        # keys inside the grid, per window: (nW, 1, L)
+        rows = torch.arange(counts[0] * window[0], device=q.device) < H
+        cols = torch.arange(counts[1] * window[1], device=q.device) < W
+        inside = (rows[:, None] & cols).reshape(1, 1, -1, 1)
+        valid = _padded_windows([inside], (counts[0] * window[0], counts[1] * window[1]),
+                                window)[0][0]
+
+        def blocks(t):  # 4-D for the ONNX exporters: (B * heads, nW, L, d)
+            return t.reshape(B * heads, nW, L, t.shape[-1])
+
+        out = masked_attention(blocks(q), blocks(k), blocks(v),
+                               valid.reshape(nW, 1, L), scale)
+        return _from_padded_windows(out.reshape(B, heads, nW, L, v.shape[-1]),
+                                    hw_shape, counts, window)
 
     def attend(q, k, v, size):
         return block_attention(q, k, v, size[0] * size[1], scale=scale)

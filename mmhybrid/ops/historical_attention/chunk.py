@@ -19,8 +19,15 @@ them. Products run in the input dtype (tensor cores on GPU); logits, probabiliti
 and the history are in fp32 at least (fp64 inputs stay fp64). Peak extra memory is
 a few (B, heads, rows, N) blocks, ``rows`` chosen so that a block holds about
 ``block_elements`` numbers.
+
+A traced graph (ONNX export, torch.compile, torch.export) must serve every N, so
+there the op is one block of plain ops differentiated by autograd, with
+``F.dropout`` for the attention dropout (:func:`_single_block_historical_attention`).
 """
 import torch
+import torch.nn.functional as F
+
+from ..tracing import is_tracing
 
 BLOCK_ELEMENTS = 1 << 24
 
@@ -147,11 +154,26 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
                 None, None, None, None, None)
 
 
+def _single_block_historical_attention(q, k, v, history, alpha, scale, dropout_p,
+                                       return_history):
+    """Eq. 5-7 in one block: the mixed logits in at least fp32, softmax, dropout."""
+    mixed = ((q * (alpha * scale)) @ k.transpose(-2, -1)).to(_acc_dtype(q))
+    if history is not None and alpha < 1:
+        mixed = mixed + (1 - alpha) * history
+    probs = torch.softmax(mixed, dim=-1)
+    if dropout_p > 0:
+        probs = F.dropout(probs, dropout_p)
+    return probs.to(v.dtype) @ v, (mixed if return_history else None)
+
+
 def chunk_historical_attention(q, k, v, history=None, alpha=0.45, scale=None,
                                dropout_p=0., return_history=True,
                                block_elements=BLOCK_ELEMENTS):
     """Historical attention on (B, heads, N, d) in query blocks; see module doc."""
     scale = q.shape[-1]**-0.5 if scale is None else float(scale)
+    if is_tracing():
+        return _single_block_historical_attention(q, k, v, history, float(alpha), scale,
+                                                  float(dropout_p), return_history)
     seed = 0
     if dropout_p > 0:  # from the global RNG: activation checkpointing replays it
         seed = int(torch.randint(1 << 62, (), dtype=torch.int64))

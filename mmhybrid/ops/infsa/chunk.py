@@ -15,8 +15,14 @@ instead of storing it:
 Peak extra memory is one (B, heads, rows, N) block; ``rows`` is chosen so that the
 block holds about ``block_elements`` numbers. Products run in the input dtype (tensor
 cores on GPU), the squared norm is accumulated in fp32 (fp64 inputs stay fp64).
+
+A traced graph (ONNX export, torch.compile, torch.export) must serve every N, so
+there the op is one block of plain ops, differentiated by autograd: the N x N
+matrix is formed once (:func:`_single_block_pure_infsa`).
 """
 import torch
+
+from ..tracing import is_tracing
 
 BLOCK_ELEMENTS = 1 << 25
 
@@ -94,8 +100,18 @@ class _ChunkPureInfSA(torch.autograd.Function):
         return grad_q, grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, None
 
 
+def _single_block_pure_infsa(q, k, v, scale, eps):
+    """Eq. 11-12 in one block: ``R = [Q K^T s]_+`` normalised by its Frobenius norm
+    (accumulated in at least fp32) before the product with V."""
+    attn = torch.relu(q @ k.transpose(-2, -1) * scale)
+    norm = attn.to(_acc_dtype(q)).square().sum((-2, -1)).sqrt()
+    return (attn * (1 / (norm + eps)).to(attn.dtype)[..., None, None]) @ v
+
+
 def chunk_pure_infsa(q, k, v, scale=None, eps=1e-6,
                      block_elements=BLOCK_ELEMENTS):
     """Pure InfSA on (B, heads, N, d) with O(block) extra memory; see module doc."""
     scale = q.shape[-1]**-0.5 if scale is None else float(scale)
+    if is_tracing():
+        return _single_block_pure_infsa(q, k, v, scale, eps)
     return _ChunkPureInfSA.apply(q, k, v, scale, eps, block_elements)

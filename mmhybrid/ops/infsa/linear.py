@@ -20,11 +20,15 @@ No N x d temporary is made for float32/float64 inputs (``torch.matmul`` would co
 head views of a (B, N, C) projection; :func:`head_matmul` does not), and autograd keeps
 no copy of the inputs. Half-precision inputs are reduced in float32 one batch
 element at a time. :mod:`.fused` is the Triton version of the same passes.
+
+A traced graph (ONNX export, torch.compile, torch.export) must serve every batch
+size: there the per-batch-element loops become single broadcast ops.
 """
 import torch
 from torch.autograd.function import once_differentiable
 
 from ..head_matmul import head_matmul
+from ..tracing import is_tracing
 
 
 def _acc_dtype(x):
@@ -34,18 +38,43 @@ def _acc_dtype(x):
 
 def _energy(q, dtype):
     """Token energies ``||Q_i||`` (Eq. 16) in ``dtype``: (B, H, N)."""
+    if is_tracing():
+        return torch.linalg.vector_norm(q, dim=-1, dtype=dtype)
     return torch.stack([torch.linalg.vector_norm(x, dim=-1, dtype=dtype)
                         for x in q.unbind(0)])
 
 
+def _matmul(a, b, dtype):
+    """``a @ b`` in ``dtype``: :func:`head_matmul` eagerly, one matmul when traced."""
+    if is_tracing():
+        return torch.matmul(a.to(dtype), b.to(dtype))
+    return head_matmul(a, b, dtype)
+
+
 def _weighted_sum(weights, x):
     """(B, H, N) weights, (B, H, N, d) tokens -> (B, H, d) in the weights' dtype."""
-    return head_matmul(weights[..., None, :], x, weights.dtype).squeeze(-2)
+    return _matmul(weights[..., None, :], x, weights.dtype).squeeze(-2)
 
 
 def _project(x, vec):
     """(B, H, N, d) tokens, (B, H, d) vector -> (B, H, N) dot products."""
-    return head_matmul(x, vec[..., None], vec.dtype).squeeze(-1)
+    return _matmul(x, vec[..., None], vec.dtype).squeeze(-1)
+
+
+def _context(q, k, v, eps):
+    """The context (B, H, 1, dv) in the dtype of ``v`` and what the backward keeps."""
+    keys = q if k is None else k
+    acc = _acc_dtype(q)
+    # autocast would run the float32 reductions in half precision
+    with torch.autocast(q.device.type, enabled=False):
+        energy = _energy(q, acc)
+        energy_norm = energy.sum(-1, keepdim=True) + eps
+        central = _weighted_sum(energy, q) / energy_norm
+        scores = torch.relu(_project(keys, central))
+        score_norm = scores.sum(-1, keepdim=True) + eps
+        context = _weighted_sum(scores, v) / score_norm
+    return context.to(v.dtype)[..., None, :], (energy, energy_norm, central, scores,
+                                               score_norm, context)
 
 
 class _LinearInfSA(torch.autograd.Function):
@@ -53,19 +82,9 @@ class _LinearInfSA(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, eps):
-        keys = q if k is None else k
-        acc = _acc_dtype(q)
-        # autocast would run the float32 reductions in half precision
-        with torch.autocast(q.device.type, enabled=False):
-            energy = _energy(q, acc)
-            energy_norm = energy.sum(-1, keepdim=True) + eps
-            central = _weighted_sum(energy, q) / energy_norm
-            scores = torch.relu(_project(keys, central))
-            score_norm = scores.sum(-1, keepdim=True) + eps
-            context = _weighted_sum(scores, v) / score_norm
-        ctx.save_for_backward(q, k, v, energy, energy_norm, central, scores,
-                              score_norm, context)
-        return context.to(v.dtype)[..., None, :]
+        context, saved = _context(q, k, v, eps)
+        ctx.save_for_backward(q, k, v, *saved)
+        return context
 
     @staticmethod
     @once_differentiable
@@ -75,23 +94,20 @@ class _LinearInfSA(torch.autograd.Function):
         keys = q if k is None else k
         acc = energy.dtype
         grad = grad_context.squeeze(-2).to(acc) / score_norm  # G / (S + eps)
-        grad_v = torch.empty_like(v)
-        torch.mul(scores[..., None], grad[..., None, :], out=grad_v)
+        grad_v = (scores[..., None] * grad[..., None, :]).to(v.dtype)
         grad_z = _project(v, grad) - (grad * context).sum(-1, keepdim=True)
         grad_z = grad_z * (scores > 0)
         grad_central = _weighted_sum(grad_z, keys) / energy_norm  # dm
         grad_energy = -(grad_central * central).sum(-1, keepdim=True)  # dE
         coef = (_project(q, grad_central) + grad_energy) / energy
-        coef = coef.masked_fill_(energy == 0, 0)
-        grad_q = torch.empty_like(q)
-        torch.mul(q, coef[..., None], out=grad_q)
-        grad_q.addcmul_(energy[..., None], grad_central[..., None, :])
+        coef = coef.masked_fill(energy == 0, 0)
+        grad_q = (q * coef[..., None]).addcmul_(energy[..., None],
+                                                grad_central[..., None, :])
         if k is None:
             grad_q.addcmul_(grad_z[..., None], central[..., None, :])
-            return grad_q, None, grad_v, None
-        grad_k = torch.empty_like(k)
-        torch.mul(grad_z[..., None], central[..., None, :], out=grad_k)
-        return grad_q, grad_k, grad_v, None
+            return grad_q.to(q.dtype), None, grad_v, None
+        grad_k = (grad_z[..., None] * central[..., None, :]).to(k.dtype)
+        return grad_q.to(q.dtype), grad_k, grad_v, None
 
 
 def torch_linear_infsa_context(q, k, v, eps=1e-6):
@@ -103,7 +119,11 @@ def torch_linear_infsa_context(q, k, v, eps=1e-6):
     Returns:
         The context in the dtype of ``v``, accumulated in at least float32.
     """
-    return _LinearInfSA.apply(q, None if k is q else k, v, eps)
+    k = None if k is q else k
+    if (torch.is_grad_enabled() and not torch.jit.is_tracing()
+            and any(x is not None and x.requires_grad for x in (q, k, v))):
+        return _LinearInfSA.apply(q, k, v, eps)
+    return _context(q, k, v, eps)[0]
 
 
 def linear_infsa_weights(q, k, eps=1e-6):

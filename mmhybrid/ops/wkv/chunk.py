@@ -30,6 +30,9 @@ times the cost (autograd through float64 ops).
 import math
 
 import torch
+import torch.nn.functional as F
+
+from ..tracing import is_tracing
 
 CHUNK = 32
 MAX_DECAY_SPAN = 30.0  # fast path: T * max|w|
@@ -40,7 +43,11 @@ WIDE_DECAY_SPAN = 200.0  # wide-range path (float64): L * max|w| per chunk
 def _chunk_length(T, rows):
     """Chunk length L: the in-chunk matmul costs O(L) per token and its C x L x L kernel
     is shared by the ``rows`` = B sequences, so short inputs use short chunks. A
-    divisor of T close to the target avoids padding where one exists."""
+    divisor of T close to the target avoids padding where one exists. A traced graph
+    serves every T: it takes L = 1, the plain prefix-sum form (no padding, no size
+    arithmetic for the exporters to get wrong)."""
+    if is_tracing():
+        return 1
     target = CHUNK if rows * T >= 4096 else CHUNK // 2 if rows * T >= 512 else CHUNK // 4
     if T <= target:
         return T
@@ -71,177 +78,150 @@ def _state_weights(w, L):
     return torch.cat((E, -to_end * E), dim=-1)
 
 
+def _chunk_positions(n, like):
+    """(n,) chunk indices centred on the middle chunk, in the dtype of ``like``."""
+    return torch.arange(n, device=like.device, dtype=like.dtype) - (n - 1) / 2
+
+
 def _carries(S, w, L):
     """What enters every chunk from the left and from the right (single scale).
 
     Args:
-        S: (..., C, 2, n) chunk states: [:, 0] weighted towards each chunk's right end,
-            [:, 1] towards its left end.
+        S: (..., 2, n) chunk states: [0] weighted towards each chunk's right end, [1]
+            towards its left end.
+        w: decays broadcastable to S[..., 0, 0] (``w[:, None]`` for (C, B, 2, n)).
     Returns:
-        (..., C, 2, n): [0, j] = sum_{j'<j} e^{-(j-1-j') L w} S[0, j'] and
+        (..., 2, n): [0, j] = sum_{j'<j} e^{-(j-1-j') L w} S[0, j'] and
         [1, j] = sum_{j'>j} e^{-(j'-j-1) L w} S[1, j'].
     """
-    n = S.shape[-1]
     # e^{(j - centre) L w} factors the chunk-to-chunk decay; within e^{+-T|w|/2}
-    f = torch.exp((torch.arange(n, device=S.device, dtype=S.dtype) - (n - 1) / 2) *
-                  (L * w)[:, None])
-    left = torch.cumsum(S[..., 0, :] * f, dim=-1)[..., :-1] / f[:, :-1]
-    right = torch.cumsum((S[..., 1, :] / f).flip(-1), dim=-1).flip(-1)[..., 1:] * f[:, 1:]
-    zero = S.new_zeros(S.shape[:-2] + (1, ))
+    f = torch.exp(_chunk_positions(S.shape[-1], S) * (L * w)[..., None])
+    left = torch.cumsum(S[..., 0, :] * f, dim=-1)[..., :-1] / f[..., :-1]
+    right = torch.cumsum((S[..., 1, :] / f).flip(-1), dim=-1).flip(-1)
+    right = right[..., 1:] * f[..., 1:]
+    zero = torch.zeros_like(S[..., 0, :1])
     return torch.stack((torch.cat((zero, left), dim=-1),
                         torch.cat((right, zero), dim=-1)), dim=-2)
 
 
 def _apply_kernel(x, K_aug, w, L):
-    """Eq. 9's kernel applied along T to every row of x (B, C, T'), T' = n L.
+    """Eq. 9's kernel applied along the tokens of x (C, B, n, L), chunk by chunk.
 
     ``K_aug`` (C, L, L + 4) is the chunk kernel followed by the state weights, so one
-    matmul gives the in-chunk sums and the chunk states; the carries between chunks
-    are then added in place. Returns (B, C, n, L + 4): [..., :L] the result,
-    [..., L:] the chunk states and their w-derivatives.
+    batched matmul per channel gives the in-chunk sums and the chunk states; the
+    carries between chunks are then added by a rank-2 matmul per channel. Returns
+    the result (C, B, n, L) and the chunk states with their w-derivatives (C, B, n, 4).
     """
-    B, C, Tp = x.shape
-    n = Tp // L
-    out = torch.matmul(x.view(B, C, n, L), K_aug)
-    if n > 1:
-        carries = _carries(out[..., L:L + 2].transpose(-1, -2).contiguous(), w, L)
-        # the left carry enters decaying as e^{-l w}, the right one as e^{-(L-1-l) w};
-        # a rank-2 matmul per channel, added in slices of channels (small temporaries)
-        expand = K_aug[..., L:L + 2].flip(-1).transpose(-1, -2)  # (C, 2, L)
-        step = -(-C // 4)
-        for c in range(0, C, step):
-            out[:, c:c + step, :, :L] += torch.matmul(
-                carries[:, c:c + step].transpose(-1, -2), expand[c:c + step])
-    return out
+    C, B = x.shape[:2]
+    out = torch.bmm(x.reshape(C, -1, L), K_aug).view(C, B, -1, L + 4)
+    carries = _carries(out[..., L:L + 2].transpose(-1, -2), w[:, None], L)
+    # the left carry enters decaying as e^{-l w}, the right one as e^{-(L-1-l) w}
+    expand = K_aug[..., L:L + 2].flip(-1).transpose(-1, -2)  # (C, 2, L)
+    carried = torch.bmm(carries.transpose(-1, -2).reshape(C, -1, 2), expand)
+    return out[..., :L] + carried.view(C, B, -1, L), out[..., L:]
 
 
-def _to_channel_first(x, out):
-    """(B, T, C) -> the first T columns of ``out`` (B, C, T'), batch by batch (a 2-D
-    transpose copy has a blocked fast path; a 3-D one does not)."""
-    T = x.shape[1]
-    for b in range(x.shape[0]):
-        out[b, :, :T].copy_(x[b].t())
-
-
-def _to_channel_last(x, T, dtype):
-    """(B, C, T') -> (B, T, C) contiguous of ``dtype``, first T tokens."""
-    out = x.new_empty(x.shape[0], T, x.shape[1], dtype=dtype)
-    for b in range(x.shape[0]):
-        out[b].copy_(x[b, :, :T].t())
-    return out
-
-
-def _load(x, Tp, dtype, pad_value):
-    """(B, T, C) -> new (B, C, Tp) channel-first tensor, padded with ``pad_value``."""
+def _to_chunks(x, L, dtype, pad_value):
+    """(B, T, C) -> channel-major chunks (C, B, n, L) of ``dtype``, n = ceil(T / L),
+    the last chunk padded with ``pad_value`` (a 2-D transpose: the fast copy)."""
     B, T, C = x.shape
-    out = x.new_empty(B, C, Tp, dtype=dtype)
-    if Tp > T:
-        out[..., T:] = pad_value
-    _to_channel_first(x, out)
-    return out
+    pad = (T + L - 1) // L * L - T
+    x = F.pad(x.to(dtype), (0, 0, 0, pad), value=pad_value)
+    return x.reshape(-1, C).t().contiguous().view(C, B, -1, L)
 
 
-def _chunk_operators(w, u, L):
-    K = _kernel_matrix(w, u, L)
-    return torch.cat((K, _state_weights(w, L)), dim=-1)
+def _from_chunks(x, T, dtype):
+    """(C, B, n, L) -> (B, T, C) contiguous of ``dtype``, the first T tokens."""
+    C, B = x.shape[:2]
+    x = x.reshape(C, B, -1)[..., :T].reshape(C, -1)
+    return x.t().contiguous().to(dtype).view(B, -1, C)
+
+
+def _fast_bi_wkv(w, u, k, v):
+    """The fast path's forward: the output (B, T, C) and what its backward keeps."""
+    B, T, C = k.shape
+    dtype = torch.promote_types(torch.promote_types(k.dtype, v.dtype), torch.float32)
+    L = _chunk_length(T, B)
+    wf, uf = w.detach().to(dtype), u.detach().to(dtype)
+    K_aug = torch.cat((_kernel_matrix(wf, uf, L), _state_weights(wf, L)), dim=-1)
+    # a = e^{k - max k}, av = a v; padded tokens weigh 0
+    a = _to_chunks(k, L, dtype, float('-inf'))
+    a = torch.exp(a - a.amax(dim=(-2, -1), keepdim=True))
+    av = _to_chunks(v, L, dtype, 0.) * a
+    num, num_states = _apply_kernel(av, K_aug, wf, L)
+    den, den_states = _apply_kernel(a, K_aug, wf, L)
+    out = _from_chunks(num / den, T, v.dtype)
+    states = torch.stack((num_states, den_states)).transpose(-1, -2)  # (2, C, B, 4, n)
+    return out, (K_aug, a, av, den, states)
 
 
 class _ChunkBiWKV(torch.autograd.Function):
     """Fast path: single key scale, fp32 (or float64) accumulation, analytic backward.
 
-    Numerator and denominator live in separate (B, C, T') tensors: the largest buffer
-    is one B T C tensor, which also keeps CPU allocations out of per-call page faults.
+    Kept for the backward: e^{k} v, e^{k}, the denominator (C, B, T') each, the chunk
+    states and the output (which its consumer keeps too).
     """
 
     @staticmethod
     def forward(ctx, w, u, k, v):
-        B, T, C = k.shape
-        dtype = torch.promote_types(torch.promote_types(k.dtype, v.dtype),
-                                    torch.float32)
-        L = _chunk_length(T, B)
-        n = math.ceil(T / L)
-        wf, uf = w.detach().to(dtype), u.detach().to(dtype)
-        K_aug = _chunk_operators(wf, uf, L)
-
-        # a = e^{k - max k}, av = a v, channel-first; padded tokens weigh 0
-        a = _load(k, n * L, dtype, float('-inf'))
-        a.sub_(a.amax(dim=-1, keepdim=True)).exp_()
-        av = _load(v, n * L, dtype, 0).mul_(a)
-
-        num = _apply_kernel(av, K_aug, wf, L)
-        den = _apply_kernel(a, K_aug, wf, L)
-        y = torch.div(num[..., :L], den[..., :L]).view(B, C, n * L)
-        states = (torch.stack((num[..., L:], den[..., L:])).transpose(-1, -2)
-                  if n > 1 else None)
-        del num
-        out = _to_channel_last(y, T, v.dtype)
-        # the output is kept (by its consumer, too) rather than y channel-first
+        out, (K_aug, a, av, den, states) = _fast_bi_wkv(w, u, k, v)
         ctx.save_for_backward(w, u, K_aug, a, av, den, states, out)
-        ctx.meta = (L, k.dtype)
+        ctx.k_dtype = k.dtype
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         w, u, K_aug, a, av, den, states, out = ctx.saved_tensors
-        L, k_dtype = ctx.meta
-        B, T, C = out.shape
-        Tp = a.shape[-1]
-        n = Tp // L
+        T = out.shape[1]
+        L = a.shape[-1]
         wf, uf = w.detach().to(a.dtype), u.detach().to(a.dtype)
-        need_params = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-
-        def chunks(x):
-            return x.view(B, C, n, L)
-
         # dL/dnum = g / den; dL/dX = K dL/dY (K is symmetric); dL/dK = X^T dL/dY
-        z = _load(grad_out, Tp, a.dtype, 0)
-        chunks(z).div_(den[..., :L])
-        p_num = _apply_kernel(z, K_aug, wf, L)
-        if need_params:
-            dK = torch.matmul(chunks(av).transpose(-1, -2), chunks(z)).sum(0)
-        # dL/dden = -g y / den, in place of dL/dnum
-        z.mul_(_load(out, Tp, a.dtype, 0)).neg_()
-        p_den = _apply_kernel(z, K_aug, wf, L)
-        dw = du = None
-        if need_params:
-            dK += torch.matmul(chunks(a).transpose(-1, -2), chunks(z)).sum(0)
-            z_states = (torch.stack((p_num[..., L:], p_den[..., L:])).transpose(-1, -2)
-                        if n > 1 else None)
+        z_num = _to_chunks(grad_out, L, a.dtype, 0.) / den
+        p_num, s_num = _apply_kernel(z_num, K_aug, wf, L)
+        # dL/dden = -g y / den
+        z_den = -z_num * _to_chunks(out, L, a.dtype, 0.)
+        p_den, s_den = _apply_kernel(z_den, K_aug, wf, L)
+        dw = du = dk = dv = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            C = a.shape[0]
+            dK = sum(torch.bmm(x.reshape(C, -1, L).transpose(1, 2), z.reshape(C, -1, L))
+                     for x, z in ((av, z_num), (a, z_den)))
+            z_states = torch.stack((s_num, s_den)).transpose(-1, -2)
             dw, du = _parameter_grads(wf, uf, L, dK, states, z_states)
             dw, du = dw.to(w.dtype), du.to(u.dtype)
-
-        # X = (a v, a) with a = e^{k - max}: dk = a dX1 + a v dX0, dv = a dX0;
-        # each is formed in z's buffer, freeing the sums as soon as possible
-        grad = chunks(z)
+        # X = (a v, a) with a = e^{k - max}: dk = a dX1 + a v dX0, dv = a dX0
         if ctx.needs_input_grad[2]:
-            torch.mul(p_den[..., :L], chunks(a), out=grad).addcmul_(p_num[..., :L],
-                                                                     chunks(av))
-        del p_den
-        dk = _to_channel_last(z, T, k_dtype) if ctx.needs_input_grad[2] else None
-        dv = None
+            dk = _from_chunks(p_den * a + p_num * av, T, ctx.k_dtype)
         if ctx.needs_input_grad[3]:
-            torch.mul(p_num[..., :L], chunks(a), out=grad)
-            del p_num
-            dv = _to_channel_last(z, T, out.dtype)
+            dv = _from_chunks(p_num * a, T, out.dtype)
         return dw, du, dk, dv
 
 
 def _parameter_grads(w, u, L, dK, S, SZ):
-    """dL/dw, dL/du from dL/dK (C, L, L) and, across chunks, from the chunk states
-    (..., C, 4, n) of X (S) and of Z (SZ) and their w-derivatives: autograd on small
-    tensors only."""
-    with torch.enable_grad():
-        w_ = w.detach().requires_grad_()
-        u_ = u.detach().requires_grad_()
-        loss = (_kernel_matrix(w_, u_, L) * dK).sum()
-        if S is not None:
-            # first-order dual numbers: value S, derivative dS/dw
-            shift = (w_ - w).view(-1, 1, 1)
-            states = S[..., :2, :] + shift * S[..., 2:, :]
-            # <Z, H E2> = <Z E2^T, H>; E2^T is E with its columns swapped
-            z_states = (SZ[..., :2, :] + shift * SZ[..., 2:, :]).flip(-2)
-            loss = loss + (_carries(states, w_, L) * z_states).sum()
-        return torch.autograd.grad(loss, (w_, u_))
+    """dL/dw, dL/du (C,) from dL/dK (C, L, L) and, across chunks, from the chunk states
+    (2, C, B, 4, n) of X (S) and of Z (SZ): values [:2] and w-derivatives [2:].
+
+    The kernel part is dK * K times dE/dw = -(|t-i|-1) off the diagonal (dE/du = 1 on
+    it). The carry part is d/dw <carries(S(w), w), Z(w)>, with ``Z`` the states of Z
+    with their two columns swapped (<Z, H E2> = <Z E2^T, H>): the carries of dS/dw
+    against Z, those of S against dZ/dw, and the explicit w-dependence. With chunk
+    positions p (centred) and f_j = e^{p_j L w}, left[j] = sum_{j'<j} f_j' S0_j' /
+    f_{j-1} gives d left[j]/dw = L (left(p S0)[j] - (p_j - 1) left[j]), and right[j] =
+    f_{j+1} sum_{j'>j} S1_j' / f_j' gives L ((p_j + 1) right[j] - right(p S1)[j]).
+    """
+    pos = torch.arange(L, device=w.device)
+    dist = (pos[:, None] - pos[None, :]).abs().to(w.dtype)
+    G = dK * _kernel_matrix(w, u, L)
+    du = torch.diagonal(G, dim1=-2, dim2=-1).sum(-1)
+    dw = (G * torch.where(dist == 0, 0., 1. - dist)).sum((-2, -1))
+    X, dX = S[..., :2, :], S[..., 2:, :]
+    Z, dZ = SZ[..., :2, :].flip(-2), SZ[..., 2:, :].flip(-2)
+    p = _chunk_positions(S.shape[-1], S)
+    car, car_dX, car_pX = _carries(torch.stack((X, dX, p * X)), w[:, None], L)
+    explicit = L * torch.stack((car_pX[..., 0, :] - (p - 1) * car[..., 0, :],
+                                (p + 1) * car[..., 1, :] - car_pX[..., 1, :]), dim=-2)
+    carry_grad = (car_dX + explicit) * Z + car * dZ
+    return dw + carry_grad.sum((0, 2, 3, 4)), du
 
 
 def _log_scan(x, scale, decay):
@@ -310,8 +290,22 @@ def _wide_range_bi_wkv(w, u, k, v):
     return out.reshape(B, C, n * L)[..., :T].transpose(1, 2).to(out_dtype)
 
 
+def _fast_path_holds(w, u, T):
+    """(bool tensor) T max|w| <= MAX_DECAY_SPAN and u within BONUS_RANGE."""
+    w, u = w.detach(), u.detach()
+    return ((T * w.abs().max() <= MAX_DECAY_SPAN) & (u.min() >= BONUS_RANGE[0]) &
+            (u.max() <= BONUS_RANGE[1]))
+
+
 def chunk_bi_wkv(w, u, k, v):
     """Bidirectional WKV of Eq. 9 in O(T C); see the module docstring.
+
+    Eager calls read the range check on the host and take the wide-range path where
+    the fast one would lose precision. A traced graph (TorchScript/ONNX export,
+    torch.compile, torch.export) holds the fast path only: under torch.compile and
+    torch.export the range check stays in the graph as a runtime assertion; the
+    ONNX exporter cannot keep one, so ``tools/deploy/export.py`` checks the model's
+    decays before it exports.
 
     Args:
         w, u: (C,) decay and bonus, already scaled by the caller.
@@ -319,10 +313,13 @@ def chunk_bi_wkv(w, u, k, v):
     Returns:
         (B, T, C) in the dtype of ``v``.
     """
-    T = k.shape[1]
-    w_max, u_min, u_max = torch.stack(
-        (w.detach().abs().max(), u.detach().min(), u.detach().max())).tolist()
-    if (T * w_max <= MAX_DECAY_SPAN and BONUS_RANGE[0] <= u_min
-            and u_max <= BONUS_RANGE[1]):
+    fast = _fast_path_holds(w, u, k.shape[1])
+    if torch.compiler.is_compiling():
+        torch._assert_async(fast, 'bi_wkv: T * max|w| > 30 or u outside [-20, 30]: '
+                            'the compiled fp32 path would lose precision')
+    elif not torch.jit.is_tracing() and not fast:
+        return _wide_range_bi_wkv(w, u, k, v)
+    if (torch.is_grad_enabled() and not torch.jit.is_tracing()
+            and any(x.requires_grad for x in (w, u, k, v))):
         return _ChunkBiWKV.apply(w, u, k, v)
-    return _wide_range_bi_wkv(w, u, k, v)
+    return _fast_bi_wkv(w, u, k, v)[0]

@@ -17,7 +17,7 @@ def naive_bi_wkv(w, u, k, v):
     dist = (pos[:, None] - pos[None, :]).abs().to(k.dtype)  # (T, T)
     logits = -(dist[..., None] - 1) * w + k[:, None, :, :]  # (B, T, T, C)
     diag = (u + k)  # (B, T, C)
-    eye = torch.eye(T, dtype=torch.bool, device=k.device)[..., None]
-    logits = torch.where(eye, diag[:, :, None, :], logits)
+    # dist == 0, not eye(dtype=bool): onnxruntime has no boolean EyeLike
+    logits = torch.where((dist == 0)[..., None], diag[:, :, None, :], logits)
     weights = torch.softmax(logits, dim=2)
     return (weights * v[:, None, :, :]).sum(dim=2)

@@ -1,0 +1,336 @@
+"""Export an mmhybrid backbone or a whole mmseg segmentor, then check it against eager.
+
+    python tools/deploy/export.py CONFIG_OR_BACKBONE [CHECKPOINT] \\
+        --format onnx|torch-export --shape H W [--part backbone|segmentor] \\
+        [--exporter torchscript|dynamo] [--static] [--check-shapes H W ...] \\
+        [--out FILE] [--cfg-options KEY=VALUE ...]
+
+CONFIG_OR_BACKBONE is a config file (mmseg, mmdet or mmpretrain; ``--part`` picks its
+backbone or, for an mmseg ``EncoderDecoder``, the whole inference graph up to the
+raw logits), a backbone type such as ``mmhybrid.SoLAVision`` whose arguments come
+from ``--cfg-options`` (e.g. ``arch=t``), or the name of a tiny backbone of
+``tools/deploy/cases.py``.
+
+The graph takes (batch, 3, H, W) images with dynamic batch, height and width (as
+general as torch.export's guards allow; ``--static`` fixes the export size). After
+exporting, the file is run (onnxruntime's CPU provider, or the loaded
+``ExportedProgram``) at three sizes none of which is the export size and compared
+with eager PyTorch; a relative error above ``--tol`` (max |diff| / max |eager| per
+output), an error at run time, or a model the graph cannot represent (see
+:func:`refusals`) deletes the file and exits with status 1 and the reason.
+
+mmseg's pyramid pooling (PPM, UPerNet's head) uses ``nn.AdaptiveAvgPool2d``, which
+the ONNX exporters cannot size from dynamic H and W; the segmentor is exported with
+:class:`ExportableAdaptiveAvgPool2d` in its place, the same bins written as two
+small pooling matrices built from the input size.
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+FORMATS = ('onnx', 'torch-export')
+EXPORTERS = ('torchscript', 'dynamo')
+OPSET = 18
+
+
+class ExportableAdaptiveAvgPool2d(nn.Module):
+    """``nn.AdaptiveAvgPool2d`` as pooling matrices: bin i of n over a side of S
+    covers [floor(i S / n), ceil((i + 1) S / n)), averaged; ``P_h x P_w^T``."""
+
+    def __init__(self, output_size):
+        super().__init__()
+        size = output_size
+        self.output_size = (size, size) if isinstance(size, int) else tuple(size)
+
+    @staticmethod
+    def _bins(n, size, like):
+        i = torch.arange(n, device=like.device)[:, None]
+        pos = torch.arange(size, device=like.device)[None, :]
+        inside = (pos >= i * size // n) & (pos < ((i + 1) * size + n - 1) // n)
+        inside = inside.to(like.dtype)
+        return inside / inside.sum(-1, keepdim=True)  # (n, size)
+
+    def forward(self, x):
+        H, W = x.shape[-2:]
+        nh, nw = (s if n is None else n for n, s in zip(self.output_size, (H, W)))
+        ph = self._bins(nh, H, x)
+        pw = self._bins(nw, W, x)
+        return torch.matmul(torch.matmul(ph, x), pw.transpose(0, 1))
+
+
+def make_exportable(model):
+    """Swap every ``nn.AdaptiveAvgPool2d`` for :class:`ExportableAdaptiveAvgPool2d`
+    (in place); returns the number swapped."""
+    swaps = [(parent, name, child) for parent in model.modules()
+             for name, child in parent.named_children()
+             if type(child) is nn.AdaptiveAvgPool2d]
+    for parent, name, child in swaps:
+        setattr(parent, name, ExportableAdaptiveAvgPool2d(child.output_size))
+    return len(swaps)
+
+
+class SegmentorLogits(nn.Module):
+    """An mmseg ``EncoderDecoder`` from images to raw logits (backbone, neck,
+    decode head; what mmdeploy exports as ``seg_logits`` before resizing)."""
+
+    def __init__(self, segmentor):
+        super().__init__()
+        self.segmentor = segmentor
+
+    def forward(self, x):
+        return self.segmentor._forward(x)
+
+
+def build(spec, checkpoint=None, part='backbone', cfg_options=None):
+    """The model to export, in eval mode: a config's backbone or segmentor, or a
+    backbone type built from ``cfg_options``."""
+    import mmhybrid  # noqa: F401  registers our models
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.runner import load_checkpoint
+    sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+    from cases import CASES, build_case
+    if spec in CASES:  # the tiny backbones of tools/deploy/cases.py
+        model = build_case(spec)
+    elif spec.endswith('.py'):
+        from mmengine.registry import MODELS, init_default_scope
+        from mmhybrid.utils import load_config
+        cfg = load_config(spec, cfg_options)
+        init_default_scope(cfg.get('default_scope', 'mmhybrid'))
+        model_cfg = cfg.model
+        if 'pretrained' in model_cfg:
+            model_cfg.pretrained = None
+        if 'backbone' in model_cfg:
+            model_cfg.backbone.init_cfg = None
+        model = MODELS.build(model_cfg)
+    else:
+        from mmhybrid.registry import build_model
+        model = build_model(dict(type=spec, **(cfg_options or {})))
+    if checkpoint:
+        load_checkpoint(model, checkpoint, map_location='cpu')
+    model = revert_sync_batchnorm(model)
+    if part == 'segmentor':
+        if not hasattr(model, 'decode_head'):
+            raise SystemExit(f'{spec}: --part segmentor needs an mmseg EncoderDecoder')
+        make_exportable(model)
+        model = SegmentorLogits(model)
+    elif hasattr(model, 'backbone'):
+        model = model.backbone
+    model.eval()  # some backbones' train() returns None: not chained
+    return model
+
+
+def refusals(model, static=False):
+    """Reasons why an exported graph of ``model`` could not match eager PyTorch."""
+    reasons = []
+    for name, p in model.named_parameters():
+        # bi_wkv's graphs hold its fp32 path only; it needs T max|w| = max|decay|
+        # <= 30 and -20 <= u <= 30 (ops/wkv/chunk.py)
+        if name.endswith('spatial_decay') and p.detach().abs().max() > 30:
+            reasons.append(f'{name}: max |decay| = {p.abs().max():.1f} > 30, outside '
+                           f'the range of the exported WKV path')
+        if name.endswith('spatial_first') and not (-20 <= p.min() and p.max() <= 30):
+            reasons.append(f'{name}: bonus outside [-20, 30], outside the range of '
+                           f'the exported WKV path')
+    if not static:
+        for name, m in model.named_modules():
+            if getattr(m, 'init', None) == 'random' and hasattr(m, 'initial_history'):
+                reasons.append(
+                    f'{name}: HAViT\'s fixed random H_0 is an N x N constant drawn '
+                    f'for each token count N; a graph with dynamic H/W cannot hold '
+                    f'it (export with --static, or history init=\'zero\')')
+                break
+    return reasons
+
+
+def _as_tuple(out):
+    return tuple(out) if isinstance(out, (tuple, list)) else (out, )
+
+
+def export_onnx(model, x, path, exporter='torchscript', static=False):
+    """Write ``model`` on images like ``x`` to ``path`` (opset >= 17)."""
+    with torch.no_grad():
+        n_out = len(_as_tuple(model(x)))
+    names = [f'out{i}' for i in range(n_out)]
+    if exporter == 'dynamo':
+        dynamic = None if static else (_dims(), )
+        torch.onnx.export(model, (x, ), path, dynamo=True, opset_version=OPSET,
+                          input_names=['input'], output_names=names,
+                          dynamic_shapes=dynamic, optimize=True,
+                          external_data=False)
+    else:
+        axes = None if static else {
+            n: {0: 'batch', 2: f'{n}_height', 3: f'{n}_width'}
+            for n in ['input'] + names}
+        torch.onnx.export(model, (x, ), path, dynamo=False, opset_version=OPSET,
+                          input_names=['input'], output_names=names,
+                          dynamic_axes=axes)
+    return path
+
+
+def _dims():
+    """Dynamic batch, H and W. ``Dim.AUTO`` lets torch.export keep each size as
+    general as its guards allow (lower bounds such as two blocks per stage become
+    range constraints) instead of failing; a size it had to fix shows up in the
+    check at other sizes."""
+    auto = torch.export.Dim.AUTO
+    return {0: auto, 2: auto, 3: auto}
+
+
+def export_program(model, x, path=None, static=False):
+    """``torch.export`` of ``model`` with dynamic batch, H and W; saved to ``path``."""
+    program = torch.export.export(
+        model, (x, ), dynamic_shapes=None if static else (_dims(), ))
+    if path:
+        torch.export.save(program, path)
+    return program
+
+
+def onnx_runner(path, threads=1):
+    """A function running the ONNX file in onnxruntime's CPU provider."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(path, options, providers=['CPUExecutionProvider'])
+
+    def run(x):
+        return [torch.from_numpy(o) for o in session.run(None, {'input': x.numpy()})]
+
+    return run
+
+
+def program_runner(program):
+    module = program.module()
+
+    def run(x):
+        with torch.no_grad():
+            return _as_tuple(module(x))
+
+    return run
+
+
+def relative_error(outs, refs):
+    """max over outputs of max |out - ref| / max |ref|."""
+    if len(outs) != len(refs):
+        raise RuntimeError(f'{len(outs)} outputs, eager has {len(refs)}')
+    err = 0.
+    for out, ref in zip(outs, refs):
+        if out.shape != ref.shape:
+            raise RuntimeError(f'output shape {tuple(out.shape)}, eager '
+                               f'{tuple(ref.shape)}')
+        ref = ref.float()
+        scale = ref.abs().max().clamp_min(1e-12)
+        err = max(err, ((out.float() - ref).abs().max() / scale).item())
+    return err
+
+
+def check_sizes(model, run, shapes, batch=2, seed=0):
+    """[(shape, relative error or the exception's message)] at each shape."""
+    results = []
+    for shape in shapes:
+        x = torch.randn(batch, 3, *shape, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            refs = _as_tuple(model(x))
+        try:
+            results.append((tuple(shape), relative_error(run(x), refs)))
+        except Exception as err:  # a graph that cannot run there is a failed check
+            results.append((tuple(shape), f'{type(err).__name__}: '
+                            f'{str(err).splitlines()[0][:200]}'))
+    return results
+
+
+def default_check_shapes(shape, stride=32):
+    """Three sizes other than ``shape`` on the ``stride`` grid, none smaller (a
+    torch.export program may hold from its export size up only: see
+    docs/deploy.md)."""
+    H, W = shape
+    s = stride
+    return [(H + s, W + 2 * s), (H + 2 * s, W + s), (H + 3 * s, W)]
+
+
+def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
+                     static=False, check_shapes=None, stride=32, tol=1e-4, batch=2):
+    """Export, then check; returns (ok, report lines). A failed check deletes
+    ``path``."""
+    reasons = refusals(model, static)
+    if reasons:
+        return False, ['refused: ' + r for r in reasons]
+    shapes = [tuple(shape)] if static else (check_shapes or
+                                            default_check_shapes(shape, stride))
+    x = torch.randn(batch, 3, *shape)
+    start = time.perf_counter()
+    if fmt == 'onnx':
+        export_onnx(model, x, path, exporter, static)
+        run = onnx_runner(path)
+    else:
+        program = export_program(model, x, path, static)
+        run = program_runner(program)
+    lines = [f'exported {path} ({fmt}{"/" + exporter if fmt == "onnx" else ""}, '
+             f'{"static" if static else "dynamic batch/H/W"}) in '
+             f'{time.perf_counter() - start:.1f} s']
+    if fmt != 'onnx' and not static:
+        lines.append('  input sizes the program accepts: ' + ', '.join(
+            f'{s}: {r}' for s, r in program.range_constraints.items()))
+    ok = True
+    for size, err in check_sizes(model, run, shapes, batch):
+        good = isinstance(err, float) and err <= tol
+        ok &= good
+        lines.append(f'  {size[0]}x{size[1]}: ' + (f'rel err {err:.1e}' if isinstance(
+            err, float) else err) + ('' if good else f'  FAIL (tol {tol:g})'))
+    if not ok:
+        if path and osp.exists(path):
+            os.remove(path)
+        lines.append('refused: the exported graph does not match eager PyTorch; '
+                     f'{path} removed')
+    return ok, lines
+
+
+def parse_args(argv=None):
+    from mmengine.config import DictAction
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('model', help='config file or backbone type')
+    parser.add_argument('checkpoint', nargs='?', help='checkpoint (optional)')
+    parser.add_argument('--format', choices=FORMATS, default='onnx')
+    parser.add_argument('--exporter', choices=EXPORTERS, default='torchscript',
+                        help='ONNX exporter (default: torchscript)')
+    parser.add_argument('--shape', nargs=2, type=int, default=(256, 320),
+                        metavar=('H', 'W'), help='export size')
+    parser.add_argument('--part', choices=('backbone', 'segmentor'),
+                        default='backbone')
+    parser.add_argument('--static', action='store_true',
+                        help='fixed batch and size (checked at the export size)')
+    parser.add_argument('--check-shapes', nargs='+', type=int, metavar='H W',
+                        help='sizes of the parity check (default: three sizes '
+                        'derived from --shape)')
+    parser.add_argument('--stride', type=int, default=32,
+                        help='H and W are multiples of this')
+    parser.add_argument('--tol', type=float, default=1e-4)
+    parser.add_argument('--out', help='output file (default: <model>.onnx|.pt2)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
+    args = parser.parse_args(argv)
+    if args.check_shapes and len(args.check_shapes) % 2:
+        parser.error('--check-shapes takes pairs H W')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    model = build(args.model, args.checkpoint, args.part, args.cfg_options)
+    stem = osp.splitext(osp.basename(args.model))[0]
+    out = args.out or f'{stem}.{"onnx" if args.format == "onnx" else "pt2"}'
+    shapes = (None if not args.check_shapes else
+              list(zip(args.check_shapes[::2], args.check_shapes[1::2])))
+    ok, lines = export_and_check(model, args.shape, out, args.format, args.exporter,
+                                 args.static, shapes, args.stride, args.tol)
+    print('\n'.join(lines))
+    return 0 if ok else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
