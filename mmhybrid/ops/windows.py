@@ -15,27 +15,38 @@ def padded_size(size, window):
     return (size + window - 1) // window * window
 
 
-def window_partition(x, hw_shape, window, shift=(0, 0)):
-    """(B, H*W, C) -> (B, nW, wh*ww, C) windows of the padded, rolled grid."""
+def roll(x, shifts, dims):
+    """``torch.roll`` as an index gather, so that shifts computed from sizes stay
+    computations in an exported graph (``torch.roll`` freezes them)."""
+    for shift, dim in zip(shifts, dims):
+        size = x.shape[dim]
+        index = (torch.arange(size, device=x.device) - shift) % size
+        x = x.index_select(dim, index)
+    return x
+
+
+def window_partition(x, hw_shape, window, shift=None):
+    """(B, H*W, C) -> (B, nW, wh*ww, C) windows of the padded grid, rolled by
+    ``-shift`` (None: no roll; a shift may be 0 or computed from sizes)."""
     B, _, C = x.shape
     (H, W), (wh, ww) = hw_shape, window
     Hp, Wp = padded_size(H, wh), padded_size(W, ww)
     x = F.pad(x.view(B, H, W, C), (0, 0, 0, Wp - W, 0, Hp - H))
-    if any(shift):
-        x = torch.roll(x, (-shift[0], -shift[1]), dims=(1, 2))
+    if shift is not None:
+        x = roll(x, (-shift[0], -shift[1]), dims=(1, 2))
     x = x.view(B, Hp // wh, wh, Wp // ww, ww, C).permute(0, 1, 3, 2, 4, 5)
     return x.reshape(B, -1, wh * ww, C)
 
 
-def window_reverse(windows, hw_shape, window, shift=(0, 0)):
+def window_reverse(windows, hw_shape, window, shift=None):
     """Inverse of :func:`window_partition`: (B, nW, wh*ww, C) -> (B, H*W, C)."""
     B, _, _, C = windows.shape
     (H, W), (wh, ww) = hw_shape, window
     Hp, Wp = padded_size(H, wh), padded_size(W, ww)
     x = windows.view(B, Hp // wh, Wp // ww, wh, ww, C).permute(0, 1, 3, 2, 4, 5)
     x = x.reshape(B, Hp, Wp, C)
-    if any(shift):
-        x = torch.roll(x, shift, dims=(1, 2))
+    if shift is not None:
+        x = roll(x, shift, dims=(1, 2))
     return x[:, :H, :W].reshape(B, H * W, C)
 
 
@@ -52,8 +63,8 @@ def window_mask(hw_shape, window, shift, device):
     cols = torch.arange(Wp, device=device)[None, :]
     valid = ((rows < H) & (cols < W)).float()
     region = torch.zeros(Hp, Wp, device=device)
-    if any(shift):
-        valid = torch.roll(valid, (-shift[0], -shift[1]), dims=(0, 1))
+    if shift is not None:
+        valid = roll(valid, (-shift[0], -shift[1]), dims=(0, 1))
         # Swin's nine regions: 0 | 1 | 2 in each direction
         row_region = (rows >= Hp - wh).long() + (rows >= Hp - shift[0]).long()
         col_region = (cols >= Wp - ww).long() + (cols >= Wp - shift[1]).long()

@@ -33,7 +33,7 @@ class CrossShapedWindowAttention(AttentionMixer):
         for branch, window in enumerate(self._stripes(hw_shape)):
             part = slice(branch * half, (branch + 1) * half)
             padded = hw_shape[0] % window[0] or hw_shape[1] % window[1]
-            mask = window_mask(hw_shape, window, (0, 0), q.device) if padded else None
+            mask = window_mask(hw_shape, window, None, q.device) if padded else None
             windows = [window_partition(t[..., part], hw_shape, window)
                        for t in (q, k, v)]
             out = window_attention(*windows, self.num_heads // 2, mask,

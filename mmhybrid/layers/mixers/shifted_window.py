@@ -35,8 +35,13 @@ class ShiftedWindowAttention(AttentionMixer):
     def attend(self, q, k, v, hw_shape, state):
         ws = self.window_size
         window = (ws, ws)
-        fits = hw_shape[0] <= ws and hw_shape[1] <= ws
-        shift = (0, 0) if fits else (self.shift_size, self.shift_size)
+        shift = None
+        if self.shift_size:
+            # no shift when the map fits one window: 1 // ceil(size / ws) is 1
+            # then, 0 otherwise (arithmetic on sizes, no branch, so exported
+            # graphs keep it)
+            fit_h, fit_w = (1 // ((size - 1) // ws + 1) for size in hw_shape)
+            shift = (self.shift_size * (1 - fit_h * fit_w), ) * 2
         L = ws * ws
         bias = self.relative_position_bias_table[self.relative_position_index.view(-1)]
         bias = bias.view(L, L, -1).permute(2, 0, 1)  # (heads, L, L)

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / 'tools' / 'deploy'))
 from cases import NAMES, build_case  # noqa: E402
 from checks import compile_check  # noqa: E402
@@ -36,23 +36,7 @@ SHAPE = (96, 128)  # export size (3 x 4 tokens at stride 32); checks at three ot
 TOL = 1e-4
 
 # (case, check) -> the cause, for cells that fail because of code outside the ops
-KNOWN = {
-    ('swin-local', 'onnx-torchscript'): 'layers/window_attention.py: -(-H // wh) '
-    'becomes a truncating Div in the TorchScript exporter (padded size wrong)',
-}
-DELTA = ('ops/delta_rule/chunk.py: (T - 1).bit_length() on a traced size, out= '
-         'into non-contiguous slices; ops/sliding_window/halo.py: lru_cache keyed on '
-         'SymInt sizes (owned by the delta-rule / sliding-window work)')
-for _name in ('sola-GWS', 'infinitevl'):
-    for _check in ('onnx-torchscript', 'onnx-dynamo', 'torch-export', 'compile'):
-        KNOWN[(_name, _check)] = DELTA
-FITS = ('layers/window_attention.py: the `fits` branch (no shift when the map fits '
-        'one window) is a guard on H and W')
-SDPA_5D = ('layers/window_attention.py _window_attention: 5-D '
-           'scaled_dot_product_attention; the dynamo ONNX exporter takes 4-D only')
-KNOWN[('swin-local', 'torch-export')] = FITS
-KNOWN[('swin-local', 'onnx-dynamo')] = FITS + '; ' + SDPA_5D
-KNOWN[('cswin-local', 'onnx-dynamo')] = SDPA_5D
+KNOWN = {}
 # the historical layer draws its random H_0 per token count: dynamic export refuses
 REFUSED = {'havit'}
 SAMPLE = {'sola-min', 'infvit-linear'}
