@@ -5,15 +5,19 @@ import math
 import torch
 import torch.nn.functional as F
 
+from mmhybrid.ops.tracing import is_tracing
+
 
 def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens=0):
     """Bicubically resize a (1, extra + Hs*Ws, C) position embedding to ``dst_hw``.
 
     Leading ``num_extra_tokens`` (e.g. a class token) are kept as they are. The
     grid is resampled as mmpretrain's ``resize_pos_embed`` and timm's
-    ``resample_abs_pos_embed`` do (bicubic, ``align_corners=False``).
+    ``resample_abs_pos_embed`` do (bicubic, ``align_corners=False``). A traced
+    graph always resamples (the same-size resample is the identity), so that it
+    holds at other input sizes than the one it was traced at.
     """
-    if tuple(src_hw) == tuple(dst_hw):
+    if tuple(src_hw) == tuple(dst_hw) and not is_tracing():
         return pos_embed
     extra, grid = (pos_embed[:, :num_extra_tokens],
                    pos_embed[:, num_extra_tokens:])
