@@ -335,8 +335,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     segment = -(-segment_size // chunk) * chunk
     args = (q, k, v, g, beta, initial_state, scale, chunk, segment,
             use_qk_l2norm_in_kernel)
-    if torch.is_grad_enabled() and any(
-            x is not None and x.requires_grad for x in args[:6]):
+    # the TorchScript exporter cannot trace an autograd Function: plain ops there
+    if (torch.is_grad_enabled() and not torch.jit.is_tracing() and any(
+            x is not None and x.requires_grad for x in args[:6])):
         o, state = ChunkGatedDeltaRule.apply(*args)
     else:
         with torch.autocast(q.device.type, enabled=False):
