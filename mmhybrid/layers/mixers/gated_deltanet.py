@@ -82,7 +82,11 @@ class BidirectionalGatedDeltaNet(nn.Module):
                                 use_qk_l2norm_in_kernel=True)
         hidden = o[:B] + o[B:].flip(1)  # (B, N, heads, head_v_dim)
         gate = F.silu(self.g_proj(x)).unflatten(-1, (self.num_heads, -1))
-        norm = self.o_norm  # in float32 whatever the autocast / parameter dtype
-        out = F.rms_norm(hidden.float(), norm.normalized_shape,
-                         norm.weight.float(), norm.eps).to(gate.dtype) * gate
+        # the per-head RMSNorm in float32 whatever the autocast / parameter dtype,
+        # written out (ONNX has no RMSNormalization before opset 23)
+        hidden32 = hidden.float()
+        norm = self.o_norm
+        out = hidden32 * torch.rsqrt(hidden32.square().mean(-1, keepdim=True) +
+                                     norm.eps) * norm.weight.float()
+        out = out.to(gate.dtype) * gate
         return self.o_proj(out.flatten(2)), state._replace(hidden=hidden.flatten(2))
