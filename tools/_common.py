@@ -42,6 +42,18 @@ def _replace(value, old, new):
     return value
 
 
+def parse_with_launcher(parser):
+    """Add mmengine's ``--launcher`` / ``--local-rank`` to ``parser`` and parse;
+    ``LOCAL_RANK`` is set as the upstream tools set it."""
+    parser.add_argument(
+        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
 def set_data_root(cfg, root, old_root=None):
     """Replace ``old_root`` (default ``cfg.data_root``) by ``root``, in place."""
     old = old_root if old_root is not None else cfg.get('data_root')

@@ -14,13 +14,13 @@ that holds Python objects (written by mmengine's own CheckpointHook) is fully
 unpickled; do not pass files you did not make.
 """
 import argparse
-import os
 
 from mmengine.config import DictAction
 
 import mmhybrid  # noqa: F401  registers our models
 from _common import (ConfigError, apply_test_options, build_runner,
-                     check_checkpoint_paths, check_data, load_config)
+                     check_checkpoint_paths, check_data, load_config,
+                     parse_with_launcher)
 from mmhybrid.utils import trusted_path
 
 
@@ -43,13 +43,7 @@ def parse_args():
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,
         help='override config entries, e.g. data_root=data/ade')
-    parser.add_argument(
-        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_with_launcher(parser)
 
 
 def main():

@@ -16,7 +16,7 @@ from mmengine.device import get_device
 
 import mmhybrid  # noqa: F401  registers our models
 from _common import (ConfigError, build_runner, check_checkpoint_paths, check_data,
-                     check_work_dir, load_config)
+                     check_work_dir, load_config, parse_with_launcher)
 from mmhybrid.utils import find_latest_checkpoint, trusted_path
 
 
@@ -38,13 +38,7 @@ def parse_args():
         '--cfg-options', nargs='+', action=DictAction,
         help='override config entries, e.g. data_root=data/ade '
         'train_dataloader.batch_size=4')
-    parser.add_argument(
-        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_with_launcher(parser)
 
 
 def load_checked_config(args):
