@@ -121,7 +121,9 @@ def test_det_out_show_dir_tta(trained, toy_data, tmp_path, monkeypatch):
         '--out', str(out), '--show-dir', 'painted', '--tta', '--cfg-options',
         f'data_root={toy_data["coco"]}', 'model.roi_head.mask_head=None',
         'test_evaluator.metric=bbox', 'test_dataloader.num_workers=0',
-        'test_dataloader.persistent_workers=False'])
+        'test_dataloader.persistent_workers=False',
+        # mmengine keeps visualizers by name per process: not a seg test's one
+        'visualizer.name=visualizer_det_tta'])
     _test_tool().main()  # metrics: {} (one training iteration predicts no box)
     images = list(Path(toy_data['coco'], 'val2017').glob('*.jpg'))
     predictions = mmengine.load(out)
