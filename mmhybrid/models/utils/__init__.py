@@ -1,12 +1,10 @@
 from .checkpoint_formats import (FORMATS, Format, convert_checkpoint_file,
                                  convert_state_dict, detect_format)
-from .official_checkpoints import (classifier_head, convert_cswin, convert_swin,
-                                   is_official_cswin, is_official_swin)
+from .official_checkpoints import classifier_head, convert_cswin, convert_swin
 from .pos_embed import resize_pos_embed, resize_rel_pos_bias_table, square_grid
 from .pretrained import extract_state_dict, load_pretrained
 
 __all__ = ['FORMATS', 'Format', 'classifier_head', 'convert_checkpoint_file',
            'convert_cswin', 'convert_state_dict', 'convert_swin', 'detect_format',
-           'extract_state_dict', 'is_official_cswin', 'is_official_swin',
-           'load_pretrained', 'resize_pos_embed', 'resize_rel_pos_bias_table',
+           'extract_state_dict', 'load_pretrained', 'resize_pos_embed', 'resize_rel_pos_bias_table',
            'square_grid']

@@ -17,10 +17,6 @@ import re
 import torch
 
 
-def is_official_swin(state_dict):
-    return any(k.startswith('layers.') for k in state_dict)
-
-
 def _unfold_order(weight):
     """Swin's patch merging concatenates the 2x2 neighbours as [(0,0), (1,0),
     (0,1), (1,1)] blocks of C channels; mmcv's ``PatchMerging`` (nn.Unfold) orders
@@ -70,10 +66,6 @@ _CSWIN_RULES = [
     (r'^norm\.', 'norm3.'),
 ]
 _GET_V = re.compile(r'^stage(\d)\.(\d+)\.attns\.(\d)\.get_v\.(weight|bias)$')
-
-
-def is_official_cswin(state_dict):
-    return any(k.startswith(('stage1_conv_embed.', 'stage1.')) for k in state_dict)
 
 
 def convert_cswin(state_dict):
