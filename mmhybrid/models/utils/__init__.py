@@ -1,10 +1,9 @@
 from .checkpoint_formats import (FORMATS, Format, convert_checkpoint_file,
-                                 convert_state_dict, detect_format)
-from .official_checkpoints import classifier_head, convert_cswin, convert_swin
+                                 convert_cswin, convert_state_dict, convert_swin,
+                                 detect_format)
 from .pos_embed import resize_pos_embed, resize_rel_pos_bias_table, square_grid
 from .pretrained import extract_state_dict, load_pretrained
 
-__all__ = ['FORMATS', 'Format', 'classifier_head', 'convert_checkpoint_file',
-           'convert_cswin', 'convert_state_dict', 'convert_swin', 'detect_format',
-           'extract_state_dict', 'load_pretrained', 'resize_pos_embed', 'resize_rel_pos_bias_table',
-           'square_grid']
+__all__ = ['FORMATS', 'Format', 'convert_checkpoint_file', 'convert_cswin',
+           'convert_state_dict', 'convert_swin', 'detect_format', 'extract_state_dict',
+           'load_pretrained', 'resize_pos_embed', 'resize_rel_pos_bias_table', 'square_grid']

@@ -1,35 +1,14 @@
 """Public ImageNet checkpoint layouts -> ours: one registry, detected from the keys.
 
-Users arrive with weights in the layout of the code that trained them. Every
-layout we read is one :class:`Format` here: how to recognise it from its keys
-(``detect``), which of our backbones it converts into (``targets``), which of
-its keys are not backbone weights (``skip``: classifier heads, derived buffers)
-and how to rename/reshape the rest (``convert``). :func:`convert_state_dict`
-picks the format and runs it; :func:`~mmhybrid.models.utils.load_pretrained`
-(``init_cfg=dict(type='Pretrained', ...)``) and ``tools/convert/
-convert_checkpoint.py`` both go through it, so a file loads as it is.
-
-ViT layouts (into :class:`InfViT` / :class:`HAViT`; ours: ``layers.i.{norm1,
-attn.qkv | attn.{q,k,v}, attn.proj, ls1.gamma, norm2, ffn.{fc1,fc2},
-ls2.gamma}``, ``norm{i}`` per output layer):
-
-* ``openmmlab-vit``: mmpretrain / mmseg ``VisionTransformer`` (``layers.i.ln1``,
-  ``ffn.layers.0.0``, ``attn.gamma1``, mmseg's ``attn.attn.in_proj_weight``,
-  final ``ln1``).
-* ``timm-vit``: timm ``VisionTransformer`` (``deit_*``, ``vit_*``, ``deit3_*``)
-  and the official DeiT / DeiT-III code (facebookresearch/deit, which builds on
-  timm; DeiT-III stores ``blocks.i.gamma_1``), ``blocks.i.mlp.fc1``, final
-  ``norm``.
-* ``infsa``: the InfSA authors' ViT (giorgioroffo/infinite-self-attention,
-  ``encoder.layers.i.attn.{q,k,v,out}_proj``, scalar ``rho_logit``).
-
-Pyramid layouts (into :class:`SwinELFATT` / :class:`CSWin`; ours:
-``stages.i.blocks.j.{norm1, attn.{qkv, proj, relative_position_bias_table,
-lepe}, norm2, ffn.layers.0.0, ffn.layers.1}``, ``stages.i.downsample``,
-``norm{i}``): ``swin`` (microsoft/Swin-Transformer), ``timm-swin``,
-``openmmlab-swin`` (mmpretrain / mmseg ``SwinTransformer`` and mmseg's
-converted official weights) and ``cswin`` (microsoft/CSWin-Transformer). timm
-has no CSWin.
+Every layout we read is one :class:`Format` in ``FORMATS``. :func:`convert_state_dict`
+picks it and runs it; :func:`~mmhybrid.models.utils.load_pretrained` (``init_cfg``
+Pretrained) and ``tools/convert/convert_checkpoint.py`` both go through it, so a
+file loads as it is. Our ViT layout (:class:`InfViT` / :class:`HAViT`):
+``layers.i.{norm1, attn.qkv | attn.{q,k,v}, attn.proj, ls1.gamma, norm2,
+ffn.{fc1,fc2}, ls2.gamma}``, ``norm{i}`` per output layer; our pyramid layout
+(:class:`SwinELFATT` / :class:`CSWin`): ``stages.i.blocks.j.{norm1, attn.{qkv,
+proj, relative_position_bias_table, lepe}, norm2, ffn.layers.0.0,
+ffn.layers.1}``, ``stages.i.downsample``, ``norm{i}``. timm has no CSWin.
 """
 import math
 import re
@@ -38,24 +17,14 @@ from typing import Callable, Tuple
 
 import torch
 
-from .official_checkpoints import classifier_head, convert_cswin, convert_swin
-
 VIT, SWIN, CSWIN = ('InfViT', ), ('SwinELFATT', ), ('CSWin', )
 
 
 @dataclass(frozen=True)
 class Format:
-    """One public checkpoint layout.
-
-    Attributes:
-        name (str): short name shown in the load report.
-        source (str): who writes it, for messages.
-        targets (tuple[str]): our backbone classes (or their bases) it converts
-            into.
-        detect (callable): ``fn(keys) -> bool`` on the set of keys.
-        convert (callable): ``fn(state_dict, model) -> state_dict`` in our names.
-        skip (str): regex of keys that are no backbone weights (heads, buffers).
-    """
+    """One public checkpoint layout: ``detect(keys) -> bool``, the backbone
+    classes (or bases) it converts into, ``convert(state_dict, model)`` into our
+    names, and ``skip``, a regex of keys that are no backbone weights."""
     name: str
     source: str
     targets: Tuple[str, ...]
@@ -82,13 +51,75 @@ def _rename(state_dict, rules):
     return out
 
 
-def _last_layer(model):
-    return len(model.layers) - 1
+def _unfold_order(weight):
+    """Swin's patch merging concatenates the 2x2 neighbours as [(0,0), (1,0),
+    (0,1), (1,1)] blocks of C channels; mmcv's ``PatchMerging`` (nn.Unfold) orders
+    channel-major with the neighbours row-major [(0,0), (0,1), (1,0), (1,1)]."""
+    lead, C = weight.shape[:-1], weight.shape[-1] // 4
+    w = weight.reshape(*lead, 4, C)[..., [0, 2, 1, 3], :]
+    return w.transpose(-1, -2).reshape(*lead, 4 * C)
 
 
-# ----------------------------------------------------------------- ViT family
+_SWIN_SKIP = r'^head\.|relative_position_index$|attn_mask$'
+
+
+def convert_swin(state_dict):
+    """Official Swin (microsoft/Swin-Transformer: ``patch_embed.proj``,
+    ``layers.i.blocks.j.{attn, mlp.fc1, mlp.fc2}``, ``layers.i.downsample``,
+    ``norm``) -> :class:`SwinELFATT` keys (head dropped)."""
+    skip = re.compile(_SWIN_SKIP)
+    out = _rename({k: v for k, v in state_dict.items() if not skip.search(k)}, [
+        (r'^patch_embed\.proj\.', 'patch_embed.projection.'),
+        (r'^layers\.(\d+)\.blocks\.(\d+)\.mlp\.fc1\.', r'stages.\1.blocks.\2.ffn.layers.0.0.'),
+        (r'^layers\.(\d+)\.blocks\.(\d+)\.mlp\.fc2\.', r'stages.\1.blocks.\2.ffn.layers.1.'),
+        (r'^layers\.(\d+)\.', r'stages.\1.'),
+        (r'^norm\.', 'norm3.'),
+    ])
+    merge = re.compile(r'\.downsample\.(reduction\.weight|norm\.(weight|bias))$')
+    return {k: _unfold_order(v) if merge.search(k) else v for k, v in out.items()}
+
+
+_GET_V = re.compile(r'^stage(\d)\.(\d+)\.attns\.(\d)\.get_v\.(weight|bias)$')
+
+
+def convert_cswin(state_dict):
+    """Official CSWin (microsoft/CSWin-Transformer: ``stage1_conv_embed.{0,2}``,
+    ``stage{s}.{j}.{qkv, norm1, proj, norm2, mlp, attns.{0,1}.get_v}``,
+    ``merge{s}``, ``norm``, or per-stage ``norm{1..4}`` in its segmentation
+    backbone) -> :class:`CSWin` keys (head dropped, unknown keys kept). The two
+    stripe branches' LePE convs (C/2 channels each; one C-channel conv in the last
+    stage) become one depth-wise conv ``attn.lepe``, branch 0 first."""
+    lepe = {}
+    for key, value in state_dict.items():
+        match = _GET_V.match(key)
+        if match:
+            s, j, branch, kind = match.groups()
+            lepe.setdefault(f'stages.{int(s) - 1}.blocks.{j}.attn.lepe.{kind}',
+                            {})[int(branch)] = value
+    stage = lambda m: str(int(m.group(1)) - 1)  # noqa: E731
+    out = _rename({k: v for k, v in state_dict.items()
+                   if not (k.startswith('head.') or _GET_V.match(k))}, [
+        (r'^stage1_conv_embed\.0\.', 'patch_embed.projection.'),
+        (r'^stage1_conv_embed\.2\.', 'patch_embed.norm.'),
+        (r'^stage(\d)\.(\d+)\.mlp\.fc1\.',
+         lambda m: f'stages.{stage(m)}.blocks.{m[2]}.ffn.layers.0.0.'),
+        (r'^stage(\d)\.(\d+)\.mlp\.fc2\.',
+         lambda m: f'stages.{stage(m)}.blocks.{m[2]}.ffn.layers.1.'),
+        (r'^stage(\d)\.(\d+)\.(qkv|proj)\.',
+         lambda m: f'stages.{stage(m)}.blocks.{m[2]}.attn.{m[3]}.'),
+        (r'^stage(\d)\.(\d+)\.(norm[12])\.',
+         lambda m: f'stages.{stage(m)}.blocks.{m[2]}.{m[3]}.'),
+        (r'^merge(\d)\.', lambda m: f'stages.{stage(m)}.downsample.'),
+        (r'^norm([1-4])\.', lambda m: f'norm{stage(m)}.'),
+        (r'^norm\.', 'norm3.'),
+    ])
+    for name, branches in lepe.items():
+        out[name] = torch.cat([branches[b] for b in sorted(branches)], dim=0)
+    return out
+
+
 def _openmmlab_vit(state_dict, model):
-    last = _last_layer(model)
+    last = len(model.layers) - 1
     return _rename(state_dict, [
         (r'^(layers\.\d+)\.ln([12])\.', r'\1.norm\2.'),
         (r'^(layers\.\d+)\.attn\.attn\.in_proj_', r'\1.attn.qkv.'),  # mmseg
@@ -102,7 +133,7 @@ def _openmmlab_vit(state_dict, model):
 
 
 def _timm_vit(state_dict, model):
-    last = _last_layer(model)
+    last = len(model.layers) - 1
     state_dict = dict(state_dict)
     if 'dist_token' in state_dict:  # DeiT distilled: [cls, dist, patches]
         state_dict.pop('dist_token')
@@ -121,7 +152,7 @@ def _infsa(state_dict, model):
     """The authors' scalar ``rho`` scales every layer's attention once: each of
     our heads gets ``gamma = rho`` (``discount='layer'``), or ``rho^(1/t)`` for a
     pure layer at depth t with ``discount='depth'`` (the same function)."""
-    last = _last_layer(model)
+    last = len(model.layers) - 1
     out = _rename(state_dict, [
         (r'^patch_embed\.', 'patch_embed.projection.'),
         (r'^encoder\.norm\.', f'norm{last}.'),
@@ -142,7 +173,6 @@ def _infsa(state_dict, model):
     return out
 
 
-# ------------------------------------------------------------- pyramid family
 def _timm_swin(state_dict, model):
     """timm merges at the start of stages 1-3; the official code (and we) at
     the end of stages 0-2. Its merge orders the 2x2 neighbours as the official
@@ -173,15 +203,15 @@ FORMATS = (
            lambda keys: (_any(r'^layers\.\d+\.blocks\.')(keys)
                          and _any(r'^layers\.[1-9]\d*\.downsample\.')(keys)
                          and not _any(r'^layers\.0\.downsample\.')(keys)),
-           _timm_swin, skip=r'^head\.|relative_position_index$|attn_mask$'),
+           _timm_swin, skip=_SWIN_SKIP),
     Format('swin', 'official Swin (microsoft/Swin-Transformer)', SWIN,
-           _any(r'^layers\.\d+\.blocks\.'), lambda sd, model: convert_swin(sd),
-           skip=r'^head\.|relative_position_index$|attn_mask$'),
+           _any(r'^layers\.\d+\.blocks\.'), lambda sd, _: convert_swin(sd),
+           skip=_SWIN_SKIP),
     Format('openmmlab-swin', 'mmpretrain / mmseg SwinTransformer', SWIN,
            _any(r'^stages\.\d+\.blocks\.\d+\.attn\.w_msa\.'), _openmmlab_swin,
-           skip=r'^head\.|relative_position_index$|attn_mask$'),
+           skip=_SWIN_SKIP),
     Format('cswin', 'official CSWin (microsoft/CSWin-Transformer)', CSWIN,
-           _any(r'^stage1(_conv_embed)?\.'), lambda sd, model: convert_cswin(sd)),
+           _any(r'^stage1(_conv_embed)?\.'), lambda sd, _: convert_cswin(sd)),
 )
 
 
@@ -316,8 +346,9 @@ def convert_checkpoint_file(src, dst, model):
                   if not k.startswith('backbone.')}
         state_dict = {k[len('backbone.'):]: v for k, v in state_dict.items()
                       if k.startswith('backbone.')}
-    else:
-        others = classifier_head(state_dict)
+    else:  # a linear classifier (official head.*, timm Swin head.fc.*) -> head.fc.*
+        others = {'head.fc.' + re.sub(r'^head\.(fc\.)?', '', k): v
+                  for k, v in state_dict.items() if k.startswith('head.')}
     converted, fmt, _, _ = convert_state_dict(state_dict, model)
     out = {f'backbone.{k}': v for k, v in converted.items()}
     out.update(others)
