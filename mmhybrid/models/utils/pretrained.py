@@ -1,5 +1,6 @@
 """``init_cfg=dict(type='Pretrained', ...)`` for mmhybrid backbones."""
 import re
+from collections import Counter
 
 from mmengine.logging import print_log
 
@@ -7,18 +8,15 @@ from mmhybrid.utils.checkpoint import load_checkpoint
 from .checkpoint_formats import convert_state_dict
 from .pos_embed import resize_pos_embed, resize_rel_pos_bias_table, square_grid
 
-# with strict=None, at least this fraction of the model's tensors must load
-MIN_LOADED_FRACTION = 0.5
+MIN_LOADED_FRACTION = 0.5  # with strict=None
 _SHOWN = 3  # names shown per list in the summary
-# where a checkpoint file keeps its state dict, in order of preference
-_STATE_DICT_KEYS = ('state_dict', 'model', 'module', 'state_dict_ema')
 
 
 def extract_state_dict(checkpoint):
     """The state dict inside a checkpoint (mmengine's ``state_dict``, timm's and
     DeiT's ``model``, an EMA-only ``state_dict_ema``), without a ``module.``
     prefix (a DDP-wrapped model)."""
-    for key in _STATE_DICT_KEYS:
+    for key in ('state_dict', 'model', 'module', 'state_dict_ema'):
         if isinstance(checkpoint, dict) and isinstance(checkpoint.get(key), dict):
             checkpoint = checkpoint[key]
             break
@@ -38,10 +36,7 @@ def _names(keys):
     shown = keys
     if len(keys) > _SHOWN and not any(' ' in k for k in keys):
         modules = list(dict.fromkeys(k.rsplit('.', 1)[0] for k in keys))
-        patterns = {}
-        for k in keys:
-            pattern = re.sub(r'\d+', '*', k)
-            patterns[pattern] = patterns.get(pattern, 0) + 1
+        patterns = Counter(re.sub(r'\d+', '*', k) for k in keys)
         if len(modules) <= _SHOWN:
             shown = modules
         elif len(patterns) <= _SHOWN + 1:
@@ -51,23 +46,7 @@ def _names(keys):
     return f' ({", ".join(shown[:_SHOWN])}{more})'
 
 
-def _patch_size_check(state_dict, own, owner):
-    """A stem of another patch size is a clear error, not a silent mismatch."""
-    key = 'patch_embed.projection.weight'
-    if key not in state_dict or key not in own:
-        return
-    src, dst = state_dict[key].shape, own[key].shape
-    if src[:2] == dst[:2] and src[2:] != dst[2:]:
-        raise ValueError(
-            f'{owner}: the checkpoint\'s patch embedding has a {src[2]}x{src[3]} '
-            f'kernel, the model {dst[2]}x{dst[3]}: build the model with '
-            f'patch_size={src[2]} to load it (other patch sizes are not the same '
-            'function)')
-
-
 def _resize(state_dict, own, pos_embed_keys, num_extra_tokens, owner):
-    """Position embeddings to the model's grid, relative-position-bias tables
-    to its window size; returns notes for the summary."""
     notes = []
     for key in pos_embed_keys:
         if key in state_dict and key in own and (state_dict[key].shape !=
@@ -105,29 +84,18 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
                     strict=None, logger='current'):
     """Load a bare backbone state dict or a full model checkpoint into ``module``.
 
-    * ``prefix``: keep only keys starting with it (stripped). When None and every
-      key of interest carries ``backbone.`` (an mmpretrain classifier, an mmseg or
-      mmdet model), that prefix is used.
-    * the layout is detected from the keys (:mod:`.checkpoint_formats`: mmpretrain,
-      mmseg, timm, official DeiT/Swin/CSWin, the InfSA authors' code) and
-      converted to ours; classifier heads and derived buffers of those layouts
-      are left out and counted as skipped.
-    * position embeddings named in ``pos_embed_keys`` are resized to the module's
-      grid (square source grid, extra tokens kept) and Swin relative-position-bias
-      tables to its window size; a patch embedding of another patch size is an
-      error.
-    * ``strict``: True: every tensor of the model must load and none may be left
-      over (mmengine's ``strict``); False: a partial load, whatever matches by
-      name and shape; None (default): like False, but fail unless at least
-      ``MIN_LOADED_FRACTION`` of the model's tensors load (a checkpoint of
-      another arch or model).
-
-    One summary line goes to the logger: ``loaded M/N tensors from FILE``, the
-    format it was converted from, how many of the checkpoint's tensors were
-    dropped (unexpected or shape-mismatched; none when it only says ``loaded``),
-    then missing / unexpected / shape-mismatched with names, skipped non-backbone
-    keys and resizes. Returns ``(missing, unexpected)``; shape-mismatched keys
-    are counted as missing.
+    Keys are taken under ``prefix`` (default ``backbone.`` where present), the
+    layout is detected and converted (:mod:`.checkpoint_formats`; heads and
+    derived buffers of those layouts are skipped), position embeddings named in
+    ``pos_embed_keys`` (square source grid, extra tokens kept) and Swin
+    relative-position-bias tables are resized to the module; another patch size
+    is an error. ``strict``: True needs an exact match (mmengine's ``strict``);
+    False loads whatever matches by name and shape; None (default) is False but
+    fails unless ``MIN_LOADED_FRACTION`` of the model's tensors load (a
+    checkpoint of another arch or model). One summary line goes to the logger
+    (``loaded M/N tensors from FILE``, format, dropped, missing / unexpected /
+    shape-mismatched with names, skipped keys, resizes). Returns ``(missing,
+    unexpected)``, shape-mismatched keys counted as missing.
     """
     owner = type(module).__name__
     try:
@@ -147,16 +115,22 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
         if not prefix.endswith('.'):
             prefix += '.'
         heads = sorted({k.split('.')[0] + '.' for k in state_dict})
-        state_dict = {
-            k[len(prefix):]: v
-            for k, v in state_dict.items() if k.startswith(prefix)
-        }
+        state_dict = {k[len(prefix):]: v for k, v in state_dict.items()
+                      if k.startswith(prefix)}
         if not state_dict:
             raise ValueError(f'no key of {checkpoint} starts with {prefix!r}; its '
                              f'keys start with {heads[:8]}: set init_cfg prefix=')
     state_dict, fmt, skipped, notes = convert_state_dict(state_dict, module)
     own = module.state_dict()
-    _patch_size_check(state_dict, own, owner)
+    key = 'patch_embed.projection.weight'
+    if key in state_dict and key in own:
+        src, dst = state_dict[key].shape, own[key].shape
+        if src[:2] == dst[:2] and src[2:] != dst[2:]:
+            raise ValueError(
+                f'{owner}: the checkpoint\'s patch embedding has a {src[2]}x{src[3]} '
+                f'kernel, the model {dst[2]}x{dst[3]}: build the model with '
+                f'patch_size={src[2]} to load it (other patch sizes are not the '
+                'same function)')
     notes += _resize(state_dict, own, pos_embed_keys, num_extra_tokens, owner)
 
     mismatched = [f'{k} {tuple(v.shape)} vs {tuple(own[k].shape)}'
