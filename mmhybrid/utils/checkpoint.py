@@ -1,23 +1,14 @@
 """Checkpoints on torch >= 2.6: weights-only contents, atomic writes, a safe loader.
 
-torch >= 2.6 loads with ``weights_only=True`` by default: only tensors, numbers,
-strings and containers are unpickled, so no file can run code. mmengine 0.10
-training checkpoints also hold ``HistoryBuffer`` objects and numpy arrays and
-scalars (its message hub), which that default refuses. Nothing here changes
-mmengine; the pieces are used explicitly:
-
-* :func:`to_weights_only` / :func:`from_weights_only`: a ``HistoryBuffer``, numpy
-  array or scalar as a tagged dict of tensors and numbers, and back (from data
-  only). :class:`mmhybrid.engine.AtomicCheckpointHook` (our config bases name it)
-  writes checkpoints in this form, so ``torch.load`` with its default, mmseg's
-  ``init_model`` and mmdet's ``init_detector`` read them anywhere.
-* :func:`atomic_write`: temporary file, fsync, rename, fsync of the folder: a
-  file that is whole or absent. :func:`is_intact` and
-  :func:`find_latest_checkpoint` check what ``--resume`` would read.
-* :func:`load_checkpoint`: weights-only loading with one clear error per bad file
-  (``init_cfg`` Pretrained). With ``trusted=True`` (the user's own files: what
-  ``tools/train.py --resume`` and ``tools/test.py`` read, through
-  :func:`trusted_path`) a file holding other Python objects is fully unpickled.
+torch >= 2.6 loads with ``weights_only=True`` by default (tensors, numbers,
+strings, containers: no file can run code); mmengine 0.10 training checkpoints
+also hold ``HistoryBuffer`` objects and numpy values, which it refuses. Nothing
+here changes mmengine; :class:`mmhybrid.engine.AtomicCheckpointHook` (named in
+our config bases) writes checkpoints with :func:`atomic_write` in the form of
+:func:`to_weights_only`, so ``torch.load``, mmseg's ``init_model`` and mmdet's
+``init_detector`` read them anywhere. :func:`load_checkpoint` reads weights-only
+with one clear error per bad file; the user's own files (``tools/train.py
+--resume``, ``tools/test.py``, through :func:`trusted_path`) may be unpickled.
 """
 import glob
 import io
@@ -34,9 +25,7 @@ from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
 _TAG = '__mmhybrid__'
-# numpy dtypes stored as tensors; others (strings, objects) as lists
-_TENSOR_KINDS = 'biuf'
-# the mmengine checkpoint scheme of trusted local files (see trusted_path)
+_TENSOR_KINDS = 'biuf'  # numpy dtypes stored as tensors; others as lists
 TRUSTED_PREFIX = 'trusted://'
 
 
@@ -44,7 +33,6 @@ class CheckpointError(RuntimeError):
     """A checkpoint file that cannot (or may not) be loaded."""
 
 
-# ---------------------------------------------------------------- contents
 def _map_values(obj, fn):
     """``obj`` (a dict, list or tuple) with ``fn`` applied to its values: the same
     object when nothing changes, else a plain dict / OrderedDict / list / tuple
@@ -104,21 +92,6 @@ def from_weights_only(obj):
     return obj
 
 
-# ------------------------------------------------------------------ writing
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _fsync_dir(directory):
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(data, path):
     """Write ``data`` (bytes) to ``path`` so that ``path`` is never partial: a
     temporary ``.<name>.<random>.part`` in the same folder, fsync'ed, renamed onto
@@ -133,16 +106,21 @@ def atomic_write(data, path):
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         if osp.exists(tmp):
             os.unlink(tmp)
         raise
-    _fsync_dir(directory)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
-# ------------------------------------------------------------------ checking
 def is_intact(path):
     """False for a missing, empty, truncated or CRC-failing checkpoint file.
 
@@ -193,7 +171,6 @@ def find_latest_checkpoint(work_dir):
     return intact[0]
 
 
-# ------------------------------------------------------------------ loading
 def _not_a_checkpoint(filename):
     """Why ``filename`` is not a readable torch checkpoint, with the fix (the
     error torch raised is chained to it)."""
@@ -213,15 +190,6 @@ def _not_a_checkpoint(filename):
     return CheckpointError(f'checkpoint {filename} {why}; save or download it again')
 
 
-def _unsafe_globals(filename):
-    """Classes/functions a checkpoint's pickle needs beyond weights-only's
-    allow-list (read without unpickling), or None when it is no checkpoint."""
-    try:
-        return torch.serialization.get_unsafe_globals_in_checkpoint(filename)
-    except Exception:  # noqa: BLE001  (any parse failure: not a checkpoint)
-        return None
-
-
 def load_local_checkpoint(filename, map_location=None, trusted=False):
     """Load the local file ``filename`` weights-only and rebuild the tagged
     objects (:func:`from_weights_only`). A file that holds other Python objects
@@ -239,7 +207,10 @@ def load_local_checkpoint(filename, map_location=None, trusted=False):
         checkpoint = torch.load(filename, map_location=map_location,
                                 weights_only=True)
     except pickle.UnpicklingError as err:
-        unsafe = _unsafe_globals(filename)
+        try:  # what the pickle needs beyond weights-only's allow-list
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(filename)
+        except Exception:  # noqa: BLE001  (any parse failure: not a checkpoint)
+            unsafe = None
         if not unsafe:
             raise _not_a_checkpoint(filename) from err
         if not trusted:
@@ -274,8 +245,6 @@ def load_checkpoint(filename, map_location=None, logger='current'):
 
 
 def load_from_trusted(filename, map_location=None):
-    """mmengine checkpoint scheme ``trusted://PATH``: the user's own local file,
-    fully unpickled if it must be (see :func:`trusted_path`)."""
     return load_local_checkpoint(filename[len(TRUSTED_PREFIX):], map_location,
                                  trusted=True)
 
