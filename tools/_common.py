@@ -1,14 +1,8 @@
-"""What tools/train.py, tools/test.py and tools/demo.py share: config loading,
-the runner, and checks of bad input (tools only; not part of the package).
-
-OpenMMLab configs copy ``data_root`` into each dataloader (and mmdet's
-``CocoMetric.ann_file = data_root + '...'``) when the base file is parsed, so
-``--cfg-options data_root=X`` alone would change nothing: :func:`set_data_root`
-rewrites every string that is, or starts with, the old root.
-
-The ``check_*`` functions find bad input before a runner is built (and logs,
-dumps or overwrites anything), each raising one :class:`ConfigError` that names
-the problem and the fix.
+"""What tools/train.py, test.py and demo.py share: config loading, the runner, and
+checks of bad input before a runner is built (each a :class:`ConfigError` naming
+the fix). OpenMMLab configs copy ``data_root`` into each dataloader (and mmdet's
+``CocoMetric.ann_file``) when parsed, so :func:`set_data_root` rewrites every
+string that is, or starts with, the old root.
 """
 import copy
 import difflib
@@ -79,12 +73,8 @@ def merge_cfg_options(cfg, options):
 
 
 def load_config(path, options=None, work_dir=None, launcher='none'):
-    """Read ``path``, apply ``--cfg-options`` and pick the work dir like upstream.
-
-    The work dir is ``work_dir``, else the config's, else
-    ``work_dirs/<config name>``. The modules of the config's default scope
-    (mmseg, mmdet or mmpretrain) are registered.
-    """
+    """Read ``path`` with ``--cfg-options``, the work dir picked like upstream's
+    tools, the modules of its default scope registered."""
     path = os.fspath(path)
     check_config_path(path)
     cfg = Config.fromfile(path)
@@ -100,15 +90,9 @@ def load_config(path, options=None, work_dir=None, launcher='none'):
 
 
 def build_runner(cfg):
-    """The config's ``runner_type`` if it names one, else mmengine's Runner.
-
-    Without CUDA, multi-process runs use gloo and CPU wrappers
-    (:func:`mmhybrid.utils.distributed.setup_cpu_distributed`).
-    """
+    """The config's ``runner_type`` or mmengine's Runner (CPU processes: gloo)."""
     setup_cpu_distributed(cfg)
-    if 'runner_type' in cfg:
-        return RUNNERS.build(cfg)
-    return Runner.from_cfg(cfg)
+    return RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
 
 
 def check_config_path(path):
@@ -137,46 +121,24 @@ def _datasets(dataset):
                 yield from _datasets(d)
 
 
-def _local(dataset):
-    backend = (dataset.get('backend_args') or {}).get('backend', 'local')
-    return backend == 'local'
-
-
 def _missing_data(cfg, loader):
     """(what, path) of every dataset path of ``loader`` that does not exist."""
-    loader_cfg = cfg.get(loader)
-    if not isinstance(loader_cfg, dict) or not isinstance(
-            loader_cfg.get('dataset'), dict):
-        return []
+    dataset = (cfg.get(loader) or {}).get('dataset')
     missing = []
-    for d in _datasets(loader_cfg['dataset']):
-        if not _local(d):
+    for d in _datasets(dataset) if isinstance(dataset, dict) else []:
+        if (d.get('backend_args') or {}).get('backend', 'local') != 'local':
             continue
         root = d.get('data_root') or ''
         if root and not osp.isdir(root):
             missing.append((f'{loader} data_root', root))
             continue
-        ann = d.get('ann_file')
-        if isinstance(ann, str) and ann:
-            path = ann if osp.isabs(ann) else osp.join(root, ann)
-            if not osp.isfile(path):
-                missing.append((f'{loader} ann_file', path))
         prefixes = d.get('data_prefix')
         prefixes = prefixes.values() if isinstance(prefixes, dict) else [prefixes]
-        for prefix in prefixes:
-            if isinstance(prefix, str) and prefix:
-                path = prefix if osp.isabs(prefix) else osp.join(root, prefix)
-                if not osp.isdir(path):
-                    missing.append((f'{loader} data_prefix', path))
+        for what, path, exists in [('ann_file', d.get('ann_file'), osp.isfile)] + [
+                ('data_prefix', p, osp.isdir) for p in prefixes]:
+            if isinstance(path, str) and path and not exists(osp.join(root, path)):
+                missing.append((f'{loader} {what}', osp.join(root, path)))
     return missing
-
-
-def _missing_evaluator_files(cfg, evaluator):
-    metrics = cfg.get(evaluator)
-    metrics = metrics if isinstance(metrics, (list, tuple)) else [metrics]
-    return [(f'{evaluator} ann_file', m['ann_file']) for m in metrics
-            if isinstance(m, dict) and isinstance(m.get('ann_file'), str)
-            and m['ann_file'] and not osp.isfile(m['ann_file'])]
 
 
 def check_data(cfg, loaders):
@@ -184,11 +146,13 @@ def check_data(cfg, loaders):
     dataloaders (and their evaluators) read must exist."""
     missing = []
     for loader in loaders:
-        if cfg.get(loader) is None:
-            continue
         missing += _missing_data(cfg, loader)
-        missing += _missing_evaluator_files(cfg,
-                                            loader.replace('dataloader', 'evaluator'))
+        evaluator = loader.replace('dataloader', 'evaluator')
+        metrics = cfg.get(evaluator)
+        missing += [(f'{evaluator} ann_file', m['ann_file'])
+                    for m in (metrics if isinstance(metrics, (list, tuple)) else [metrics])
+                    if isinstance(m, dict) and isinstance(m.get('ann_file'), str)
+                    and m['ann_file'] and not osp.isfile(m['ann_file'])]
     if not missing:
         return
     seen = dict.fromkeys(path for _, path in missing)
@@ -244,14 +208,6 @@ def check_work_dir(cfg, resume=False):
             '--resume, or give this run another --work-dir (nothing was written)')
 
 
-def _visualization_hook(cfg):
-    hooks = cfg.get('default_hooks') or {}
-    if 'visualization' not in hooks:
-        raise ConfigError('--show-dir needs a visualization hook: add '
-                          "default_hooks.visualization=dict(type='...VisualizationHook')")
-    return hooks['visualization']
-
-
 def _default_flip_tta(cfg, pack):
     test = cfg.test_dataloader.dataset
     while 'dataset' in test:
@@ -264,20 +220,12 @@ def _default_flip_tta(cfg, pack):
 
 
 def apply_test_options(cfg, out=None, show_dir=None, tta=False):
-    """Upstream ``tools/test.py``'s ``--out``, ``--show-dir`` and ``--tta``, with
-    the semantics of the config's package (its ``default_scope``):
-
-    * mmseg: ``out`` is a directory of predicted label PNGs
-      (``IoUMetric.output_dir``); ``show_dir`` holds painted images
-      (``<show_dir>/vis_data/vis_image``; every image, where mmseg's hook
-      keeps its interval of 50); TTA uses the config's ``tta_pipeline`` /
-      ``tta_model``.
-    * mmdet: ``out`` is a ``.pkl`` of the predictions (``DumpDetResults``);
-      painted images go to ``<work_dir>/<timestamp>/<show_dir>``; TTA defaults to
-      flip + ``DetTTAModel`` when the config has none.
-    * mmpretrain: ``out`` is a ``.pkl`` of the predictions (``DumpResults``);
-      painted images go to ``show_dir``; TTA defaults to flip +
-      ``AverageClsScoreTTA``.
+    """Upstream ``tools/test.py``'s ``--out``, ``--show-dir`` and ``--tta`` as the
+    config's package means them. mmseg: ``out`` is a directory of label PNGs,
+    ``show_dir`` gets every painted image (its hook draws every 50th), TTA needs
+    the config's ``tta_pipeline``/``tta_model``. mmdet and mmpretrain: ``out`` is
+    a ``.pkl`` of the predictions, TTA defaults to flip + ``DetTTAModel`` /
+    ``AverageClsScoreTTA``; mmdet paints to ``<work_dir>/<timestamp>/<show_dir>``.
     """
     scope = cfg.get('default_scope', 'mmengine')
     if scope not in ('mmseg', 'mmdet', 'mmpretrain'):
@@ -286,8 +234,11 @@ def apply_test_options(cfg, out=None, show_dir=None, tta=False):
                               f'mmpretrain configs, not default_scope={scope!r}')
         return cfg
     if show_dir:
-        hook = _visualization_hook(cfg)
-        if scope == 'mmseg':  # every image (mmseg's hook draws every 50th)
+        hook = (cfg.get('default_hooks') or {}).get('visualization')
+        if hook is None:
+            raise ConfigError('--show-dir needs a visualization hook: add '
+                              "default_hooks.visualization=dict(type='...VisualizationHook')")
+        if scope == 'mmseg':
             hook.update(draw=True, interval=1)
             cfg.visualizer['save_dir'] = show_dir
         elif scope == 'mmdet':
@@ -309,10 +260,7 @@ def apply_test_options(cfg, out=None, show_dir=None, tta=False):
                     'test without --tta, or test boxes alone with --cfg-options '
                     'model.roi_head.mask_head=None test_evaluator.metric=bbox')
             if 'tta_pipeline' not in cfg:
-                cfg.tta_pipeline = _default_flip_tta(cfg, dict(
-                    type='PackDetInputs', meta_keys=(
-                        'img_id', 'img_path', 'ori_shape', 'img_shape',
-                        'scale_factor', 'flip', 'flip_direction')))
+                cfg.tta_pipeline = _default_flip_tta(cfg, dict(type='PackDetInputs'))
         else:
             cfg.setdefault('tta_model', ConfigDict(type='mmpretrain.AverageClsScoreTTA'))
             if 'tta_pipeline' not in cfg:

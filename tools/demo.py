@@ -3,22 +3,13 @@
     python tools/demo.py [--out work_dirs/demo] [--seg-iters N] [--det-epochs N]
                          [--threads N] [--only-first]
 
-1. writes the toy ADE20K / COCO sets (real layouts) under data/toy if missing;
-2. trains each model of SEG_MODELS from scratch on toy ADE20K for the same
-   iterations: UPerNet-SoLA-T (configs/sola/demo/upernet_sola-t_toy-ade.py) and
-   the same with Gated DeltaNet in place of WKV (upernet_sola-t-gdn_toy-ade.py)
-   and with historical attention in its softmax layers
-   (upernet_sola-t-havit_toy-ade.py);
-   prints their mIoU next to the chance level and saves SoLA-T's prediction
-   pictures (SegLocalVisualizer);
-3. fine-tunes Mask R-CNN-SoLA-T (configs/sola/demo/mask-rcnn_sola-t_fpn_toy-coco.py)
-   from SoLA-T's backbone, as the paper fine-tunes from ImageNet weights, and
-   prints box / mask AP.
-The same configs train on the real datasets with tools/train.py.
-
-One torch thread by default: on a busy 2-core machine two threads run ~4x
-slower than one (spinning OpenMP threads), while on an idle one they gain
-less than 2x; the demo stays well within 15 minutes either way.
+Writes the toy ADE20K / COCO sets under data/toy if missing; trains every model
+of SEG_MODELS (configs/sola/demo/) from scratch on toy ADE20K for the same
+iterations and prints their mIoU beside the chance level (SoLA-T's prediction
+pictures are saved); fine-tunes Mask R-CNN-SoLA-T from SoLA-T's backbone, as
+the paper fine-tunes from ImageNet weights, and prints box / mask AP. One torch
+thread by default: on a busy 2-core machine two threads run ~4x slower than one
+(spinning OpenMP threads), on an idle one they gain less than 2x.
 """
 import argparse
 import glob
@@ -35,16 +26,14 @@ from _common import build_runner, load_config
 from mmhybrid.utils.toy_data import make_toy_ade20k, make_toy_coco
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-# (name, config) of the toy-ADE20K models, all trained for the same iterations;
 # the first is the reference: its pictures are saved, its backbone starts the
-# detection run and its mIoU must beat chance clearly.
+# detection run and its mIoU must beat chance clearly
 SEG_MODELS = [
     ('UPerNet-SoLA-T', 'configs/sola/demo/upernet_sola-t_toy-ade.py'),
     ('UPerNet-SoLA-T-GDN', 'configs/sola/demo/upernet_sola-t-gdn_toy-ade.py'),
     ('UPerNet-SoLA-T-HAViT', 'configs/sola/demo/upernet_sola-t-havit_toy-ade.py'),
 ]
-DET_CONFIG = osp.join(ROOT,
-                      'configs/sola/demo/mask-rcnn_sola-t_fpn_toy-coco.py')
+DET_CONFIG = osp.join(ROOT, 'configs/sola/demo/mask-rcnn_sola-t_fpn_toy-coco.py')
 
 
 def banner(text):
@@ -55,8 +44,7 @@ def majority_miou(ann_dir):
     """mIoU of always predicting the most frequent class (the chance level)."""
     counts = np.zeros(256, np.int64)
     for path in glob.glob(osp.join(ann_dir, '*.png')):
-        counts += np.bincount(np.asarray(Image.open(path)).ravel(),
-                              minlength=256)
+        counts += np.bincount(np.asarray(Image.open(path)).ravel(), minlength=256)
     counts[0] = 0  # reduce_zero_label: 0 is ignored
     present = np.count_nonzero(counts)
     return 100 * counts.max() / counts.sum() / present
@@ -124,8 +112,7 @@ def main():
     ade, coco = osp.join(args.data, 'ade'), osp.join(args.data, 'coco')
     if not osp.isdir(osp.join(ade, 'annotations', 'validation')):
         make_toy_ade20k(ade)
-    if not osp.isfile(osp.join(coco, 'annotations',
-                               'instances_val2017.json')):
+    if not osp.isfile(osp.join(coco, 'annotations', 'instances_val2017.json')):
         make_toy_coco(coco)
     print(f'toy ADE20K: {ade}\ntoy COCO:   {coco}', flush=True)
 

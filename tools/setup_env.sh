@@ -1,16 +1,10 @@
 #!/usr/bin/env bash
-# Create (or reuse) the virtualenv .venv/ and install the full stack into it:
-# torch + torchvision, mmengine, mmcv with compiled ops (built once from the sdist
-# and cached outside the repository), mmseg, mmdet, mmpretrain, diffusers, and
-# mmhybrid itself in editable mode. Re-running is a no-op once everything is in.
-#
-# Environment knobs:
-#   PYTHON           interpreter used to create the venv (default: python3.11, else python3)
-#   MMHYBRID_VENV    venv path (default: <repo>/.venv)
-#   MMHYBRID_TORCH   pip specs for torch/torchvision (default below). If the base
-#                    interpreter already imports torch and torchvision (e.g. a GPU box),
-#                    the venv sees them (--system-site-packages) and they are kept.
-#   MMHYBRID_CACHE   where the built mmcv wheel is kept (default: ~/.cache/mmhybrid)
+# Create (or reuse) .venv/ with torch, mmengine, mmcv with compiled ops (built once
+# from the sdist, cached outside the repository), mmseg, mmdet, mmpretrain, diffusers
+# and mmhybrid in editable mode; a no-op once done. Knobs: PYTHON (default
+# python3.11, else python3), MMHYBRID_VENV (.venv), MMHYBRID_TORCH (torch pip specs;
+# a base interpreter that has torch and torchvision lends them to the venv),
+# MMHYBRID_CACHE (where the mmcv wheel is kept, ~/.cache/mmhybrid).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,7 +20,7 @@ STACK=(
 )
 log() { printf '[setup] %s\n' "$*"; }
 
-# Stamp: skip everything when this script and setup.py have not changed.
+# skip everything when this script and setup.py have not changed
 stamp_key=$(cat "$0" "$ROOT/setup.py" | sha1sum | cut -c1-16)
 STAMP="$VENV/.mmhybrid-setup-$stamp_key"
 if [[ -f "$STAMP" ]]; then
@@ -43,8 +37,8 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   log "creating $VENV with $PYTHON"
   "$PYTHON" -m venv "${venv_flags[@]}" "$VENV"
 fi
-PIP=("$VENV/bin/python" -m pip install -qq --disable-pip-version-check)
 VPY="$VENV/bin/python"
+PIP=("$VPY" -m pip install -qq --disable-pip-version-check)
 
 if ! "$VPY" -c 'import torch, torchvision' 2>/dev/null; then
   log "installing $TORCH_SPECS"
@@ -67,9 +61,7 @@ if ! "$VPY" -c 'import mmcv, mmcv.ops' 2>/dev/null; then
       sed -i 's/-std=c++17/-std=c++20/g' "$src/mmcv-$MMCV_VERSION/setup.py"
     fi
     build_env=(MMCV_WITH_OPS=1 MAX_JOBS="$(nproc)")
-    if "$VPY" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then
-      build_env+=(FORCE_CUDA=1)
-    fi
+    "$VPY" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' && build_env+=(FORCE_CUDA=1)
     mkdir -p "$wheel_dir"
     env "${build_env[@]}" "$VPY" -m pip wheel -qq --no-build-isolation --no-deps \
       "$src/mmcv-$MMCV_VERSION" -w "$src/wheel"

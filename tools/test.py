@@ -4,14 +4,8 @@
         [--show-dir DIR] [--tta] [--amp] [--cfg-options ...]
 
 ``--out``, ``--show-dir`` and ``--tta`` mean what they mean in the config's own
-package (see :func:`_common.apply_test_options`): mmseg writes predicted label
-PNGs to the ``--out`` directory, mmdet and mmpretrain dump the predictions to a
-``.pkl`` file.
-
-CHECKPOINT is your own file (e.g. a full training checkpoint with optimizer
-state), so it is read trusted (``mmhybrid.utils.trusted_path``): a checkpoint
-that holds Python objects (written by mmengine's own CheckpointHook) is fully
-unpickled; do not pass files you did not make.
+package (:func:`_common.apply_test_options`). CHECKPOINT is your own file, read
+trusted (``mmhybrid.utils.trusted_path``: Python objects in it are unpickled).
 """
 import argparse
 

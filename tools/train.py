@@ -42,8 +42,7 @@ def parse_args():
 
 
 def load_checked_config(args):
-    """The config, after the checks that need no runner: one line per problem
-    (nothing is logged, dumped or overwritten before them)."""
+    """The config, checked before anything is logged, dumped or overwritten."""
     try:
         cfg = load_config(args.config, args.cfg_options, args.work_dir,
                           args.launcher)
@@ -58,11 +57,7 @@ def load_checked_config(args):
 
 
 def enable_amp(cfg):
-    """``--amp``: mmengine's AmpOptimWrapper (autocast + dynamic loss scale).
-
-    mmengine 0.10.7's AmpOptimWrapper asserts a CUDA/NPU/MLU/MUSA device, so on
-    a CPU-only machine this stops with a clear message instead of its traceback.
-    """
+    """``--amp``: AmpOptimWrapper, which asserts a GPU in mmengine 0.10.7."""
     if get_device() == 'cpu':
         raise SystemExit(
             'error: --amp uses mmengine\'s AmpOptimWrapper, which needs a GPU '

@@ -39,32 +39,14 @@ def register_flops(*module_types):
     modules, which are counted as usual) as an int, or a dict
     ``{kind: count}`` to keep kinds apart in reports. While such a module runs,
     the ops it executes outside its children are not counted. Subclasses inherit
-    the formula of their nearest registered base class.
-
-    Example, for a layer whose chunked recurrence costs ``c`` multiply-adds per token
-    and channel whatever its implementation::
-
-        @register_flops(MyRecurrentMixer)
-        def my_recurrent_mixer(module, inputs, output):
-            B, N, C = inputs[0].shape
-            return {'recurrence': c * B * N * C}
+    the formula of their nearest registered base class (see
+    :mod:`mmhybrid.analysis.formulas`).
     """
     def decorator(formula):
         for module_type in module_types:
             FLOP_FORMULAS[module_type] = formula
         return formula
     return decorator
-
-
-def formula_for(module):
-    for cls in type(module).__mro__:
-        if cls in FLOP_FORMULAS:
-            return FLOP_FORMULAS[cls]
-    return None
-
-
-def _prod(shape):
-    return math.prod(shape)
 
 
 def _mm(a, b, *_):
@@ -77,13 +59,13 @@ def _bmm(a, b, *_):
 
 def _conv(x, weight, bias, stride, padding, dilation, transposed, *_, out):
     spatial = (x if transposed else out).shape[2:]
-    return x.shape[0] * _prod(weight.shape) * _prod(spatial)
+    return x.shape[0] * math.prod(weight.shape) * math.prod(spatial)
 
 
 def _attention(q, k, v, *_):
     """Scaled-dot-product attention on (..., L, E) queries, (..., S, E) keys."""
     *batch, L, E = q.shape
-    return _prod(batch) * L * k.shape[-2] * (E + v.shape[-1])
+    return math.prod(batch) * L * k.shape[-2] * (E + v.shape[-1])
 
 
 def _norm(x, affine):
@@ -136,16 +118,12 @@ class FlopCount:
     def __init__(self, counts):
         self.counts = counts
 
-    def _within(self, prefix):
-        for name, kinds in self.counts.items():
-            if not prefix or name == prefix or name.startswith(prefix + '.'):
-                yield kinds
-
     def by_kind(self, prefix=''):
         """Counter of kind -> multiply-adds inside module ``prefix``."""
         total = Counter()
-        for kinds in self._within(prefix):
-            total.update(kinds)
+        for name, kinds in self.counts.items():
+            if not prefix or name == prefix or name.startswith(prefix + '.'):
+                total.update(kinds)
         return total
 
     def total(self, prefix=''):
@@ -220,7 +198,8 @@ class FlopCounter(TorchDispatchMode):
 
     def _enter_module(self, name):
         def hook(module, args, kwargs):
-            formula = formula_for(module)
+            formula = next((FLOP_FORMULAS[c] for c in type(module).__mro__
+                            if c in FLOP_FORMULAS), None)
             if formula is not None:  # forward's arguments in order, as the formula
                 bound = inspect.signature(module.forward).bind(*args, **kwargs)
                 bound.apply_defaults()

@@ -3,8 +3,6 @@ from .processor import ToMeElfattProcessor
 from .step_tracker import StepTracker
 
 _PATCH_ATTR = '_mmhybrid_elfatt_patch'
-# (k_scale2, k_shortcut) defaults per mode: Eq. 18 has neither; Agent-SD's code
-# uses 0.3 and 0.075
 AGENT_EXTRAS = {'elfatt': (1., 0.), 'agent': (0.3, 0.075)}
 
 
@@ -26,44 +24,30 @@ def apply_patch(pipe_or_unet, ratio=0.5, elfatt_steps=0.2, block_size=128,
                 scheduler=None, num_train_timesteps=None):
     """Patch the self-attention of a Stable Diffusion UNet with ELFATT-SD.
 
-    ToMe-SD token merging runs at every step; during the first ``elfatt_steps``
-    of the scheduler's steps attention is ELFATT-SD (Eq. 18/19). Cross-attention
-    is untouched. Processors are swapped with ``set_attn_processor``; applying
-    twice replaces the first patch.
+    ToMe-SD merging (``ratio`` of the tokens; 0: off) runs at every step; during
+    the first ``elfatt_steps`` of the scheduler's steps attention is ELFATT-SD
+    (Eq. 18/19; 0: plain ToMe-SD). Cross-attention is untouched; applying twice
+    replaces the first patch.
 
     Args:
-        pipe_or_unet: a diffusers pipeline with ``.unet`` (and ``.scheduler``),
-            or a ``UNet2DConditionModel``.
-        ratio (float): fraction of tokens merged away (at most
-            ``1 - 1 / (sy * sx)`` takes effect); 0 turns merging off.
-        elfatt_steps (float): fraction of the denoising steps, from the first,
-            that use ELFATT-SD; 0 gives plain ToMe-SD.
+        pipe_or_unet: a diffusers pipeline (``.unet``, ``.scheduler``) or a UNet.
         block_size (int): tokens per block of the local heads.
-        agent_tokens (int, optional): agents of the global heads; None gives
-            one per 4x4 window of the latent grid (N/16: 256 at 512^2, Agent-SD's
-            count in its agent steps).
+        agent_tokens (int, optional): agents of the global heads; None: one per
+            4x4 window of the latent grid (N/16, Agent-SD's count).
         mode (str): ``'elfatt'`` (half the heads global, half local) or
             ``'agent'`` (every head agent attention, Agent-SD style).
-        k_scale2 (float, optional): the agent broadcast softmax uses the logit
-            scale ``d ** (-0.5 * k_scale2)``; None: 1 for ``'elfatt'`` (Eq. 18),
-            0.3 for ``'agent'`` (Agent-SD's code).
-        k_shortcut (float, optional): adds ``k_shortcut * V`` to the agent
-            heads' output; None: 0 for ``'elfatt'`` (Eq. 18), 0.075 for
-            ``'agent'`` (Agent-SD's code).
+        k_scale2, k_shortcut (float, optional): the agent broadcast softmax's
+            logit scale ``d ** (-0.5 * k_scale2)`` and a ``k_shortcut * V`` added
+            to the agent heads; None: Eq. 18's (1, 0) for ``'elfatt'``,
+            Agent-SD's code (0.3, 0.075) for ``'agent'``.
         max_downsample (int): patch layers whose grid is at most this many times
             smaller than the latent (1: the full-resolution blocks only).
         stride (tuple): (sy, sx) ToMe window holding one dst token.
-        use_rand (bool): random dst position per window (else top-left).
-        seed (int): base seed of the random dst choice.
-        scheduler: scheduler whose ``timesteps`` the steps are counted in; taken
-            from the pipeline (at every call) when None. A bare UNet patched
-            without one decides from the timestep it receives: ELFATT while
-            ``t >= (1 - elfatt_steps) * num_train_timesteps`` (high noise).
-        num_train_timesteps (int, optional): training steps of the diffusion
-            for that rule; default ``scheduler.config.num_train_timesteps`` when
-            a scheduler is known, else 1000 (SD 1.x/2.x).
-    Returns:
-        ``pipe_or_unet``.
+        use_rand (bool), seed (int): random dst position per window, its seed.
+        scheduler: whose ``timesteps`` the steps are counted in (default: the
+            pipeline's, read at every call). A bare UNet without one is in
+            ELFATT while ``t >= (1 - elfatt_steps) * num_train_timesteps``
+            (default: the scheduler's config, else 1000).
     """
     if not 0 <= ratio < 1:
         raise ValueError(f'ratio must be in [0, 1), got {ratio}')
@@ -73,23 +57,16 @@ def apply_patch(pipe_or_unet, ratio=0.5, elfatt_steps=0.2, block_size=128,
         raise ValueError(f'block_size must be >= 1, got {block_size}')
     if mode not in AGENT_EXTRAS:
         raise ValueError(f"mode must be 'elfatt' or 'agent', got {mode!r}")
-    if k_scale2 is None:
-        k_scale2 = AGENT_EXTRAS[mode][0]
-    if k_shortcut is None:
-        k_shortcut = AGENT_EXTRAS[mode][1]
+    k_scale2 = AGENT_EXTRAS[mode][0] if k_scale2 is None else k_scale2
+    k_shortcut = AGENT_EXTRAS[mode][1] if k_shortcut is None else k_shortcut
+    get_scheduler = None
     if scheduler is not None:
-        def get_scheduler():
-            return scheduler
+        get_scheduler = lambda: scheduler  # noqa: E731
     elif hasattr(pipe_or_unet, 'scheduler'):
-        def get_scheduler():
-            return pipe_or_unet.scheduler
-    else:
-        get_scheduler = None
+        get_scheduler = lambda: pipe_or_unet.scheduler  # noqa: E731
     if num_train_timesteps is None:
-        known = (scheduler if scheduler is not None
-                 else getattr(pipe_or_unet, 'scheduler', None))
-        num_train_timesteps = getattr(getattr(known, 'config', None),
-                                      'num_train_timesteps', 1000)
+        num_train_timesteps = getattr(getattr(get_scheduler and get_scheduler(), 'config',
+                                              None), 'num_train_timesteps', 1000)
     remove_patch(pipe_or_unet)
     unet = _unet(pipe_or_unet)
     tracker = StepTracker(elfatt_steps, get_scheduler, seed, num_train_timesteps)

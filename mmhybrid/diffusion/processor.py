@@ -7,21 +7,16 @@ from .elfatt_sd import elfatt_sd_attention
 
 
 class ToMeElfattProcessor:
-    """Self-attention processor of ELFATT-SD (ELFATT Appendix H).
+    """Self-attention processor of ELFATT-SD (ELFATT Appendix H), see
+    :func:`~mmhybrid.diffusion.apply_patch`.
 
-    On layers whose grid is at most ``max_downsample`` times smaller than the
-    latent, the attention input is merged by ToMe bipartite soft matching
-    (``ratio`` of the tokens removed, similarity of the attention input itself),
-    attended, and unmerged (ToMe-SD's merge-attention). During the steps the
-    :class:`StepTracker` marks, attention is ELFATT-SD (``mode='elfatt'``,
-    Eq. 18/19) or agent attention in every head (``mode='agent'``, Agent-SD);
-    otherwise the wrapped original processor attends the merged tokens. Agents
-    are the average-pooled queries of the full-resolution grid (pooled inputs
-    projected by ``to_q``, which is linear, so the same thing); ``k_scale2`` and
-    ``k_shortcut`` are Agent-SD's broadcast-scale exponent and V shortcut.
-
-    Calls it does not change (other layers, masks, ratio 0 outside ELFATT
-    steps) go to ``original`` untouched, so outputs stay bit-identical there.
+    The attention input is merged by ToMe bipartite soft matching, attended and
+    unmerged (ToMe-SD's merge-attention). In the steps the :class:`StepTracker`
+    marks, attention is ELFATT-SD or agent attention in every head; otherwise
+    the original processor attends the merged tokens. Agents are the pooled
+    queries of the full grid (``to_q`` is linear: pooling inputs is the same).
+    Calls it does not change (other layers, masks, ratio 0 outside ELFATT steps)
+    go to ``original`` untouched, so outputs stay bit-identical there.
     """
 
     def __init__(self, original, tracker, ratio, mode, block_size, agent_tokens,

@@ -7,30 +7,17 @@ import torch
 
 class StepTracker:
     """A UNet forward pre-hook recording, for the call about to run: the latent
-    size (to map a layer's token count back to its grid), the denoising step
-    index, whether ELFATT is on, and a ToMe generator seeded from the timestep.
+    size, the denoising step index, whether ELFATT is on, and a ToMe generator
+    seeded from ``seed`` and the timestep (cond and uncond passes of one step,
+    and repeated runs, merge alike).
 
-    With a scheduler, the step index is the position of the call's timestep in
-    ``scheduler.timesteps`` (the nearest one), so it follows any number of
-    inference steps, classifier-free guidance batches or separate cond/uncond
-    calls, and a scheduler swapped on the pipeline after patching. ELFATT is on
-    for the first ``round(elfatt_steps * len(timesteps))`` steps.
-
-    Without one (a bare UNet, tomesd style), ELFATT is on for the high-noise
-    calls: timestep ``t >= (1 - elfatt_steps) * num_train_timesteps``. With the
-    uniform spacings of SD schedulers (leading, trailing, linspace) these are the
-    first steps, within one step of the count above (exactly 10 of 50 at 0.2;
-    tests/test_sd_patch.py); Karras sigmas follow the noise level instead.
-
-    Args:
-        elfatt_steps (float): fraction of the denoising steps that use ELFATT.
-        get_scheduler (callable, optional): returns the scheduler in use; None
-            decides from the timestep alone.
-        seed (int): base seed of the ToMe dst choice; the generator is re-seeded
-            at every call from ``seed`` and the timestep, so cond and uncond
-            passes of one step (and repeated runs) merge alike.
-        num_train_timesteps (int): the diffusion's training steps (SD 1.x/2.x:
-            1000), the scale of the timesteps in the timestep rule.
+    With ``get_scheduler``, the step index is the position of the call's timestep
+    in ``scheduler.timesteps`` (the nearest one), so it follows any number of
+    steps, CFG batches or a scheduler swapped after patching; ELFATT is on for
+    the first ``round(elfatt_steps * len(timesteps))`` steps. Without one (a bare
+    UNet), ELFATT is on while ``t >= (1 - elfatt_steps) * num_train_timesteps``:
+    with SD's uniform spacings, the same first steps within one
+    (tests/diffusion/test_sd_patch.py); Karras sigmas follow the noise level.
     """
 
     def __init__(self, elfatt_steps, get_scheduler, seed=0,

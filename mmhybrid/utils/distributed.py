@@ -22,13 +22,9 @@ from mmengine.registry import HOOKS, MODEL_WRAPPERS
 
 @MODEL_WRAPPERS.register_module()
 class CPUDistributedDataParallel(MMDistributedDataParallel):
-    """``MMDistributedDataParallel`` of a CPU model.
-
-    No ``device_ids`` (the Runner passes ``[LOCAL_RANK]``, which DDP refuses for
-    CPU modules). SyncBN layers become BN with per-process statistics: torch's
-    SyncBatchNorm runs on GPUs only; :class:`SyncBuffersEveryIterHook` keeps
-    their running statistics equal across processes.
-    """
+    """``MMDistributedDataParallel`` of a CPU model: no ``device_ids`` (DDP refuses
+    them for CPU modules); SyncBN (GPU only) becomes BN, whose statistics
+    :class:`SyncBuffersEveryIterHook` keeps equal across processes."""
 
     def __init__(self, module, device_ids=None, **kwargs):
         super().__init__(module=revert_sync_batchnorm(module), device_ids=None,
@@ -37,11 +33,8 @@ class CPUDistributedDataParallel(MMDistributedDataParallel):
 
 @MODEL_WRAPPERS.register_module()
 class CPUFullyShardedDataParallel(MMFullyShardedDataParallel):
-    """``MMFullyShardedDataParallel`` (FSDPStrategy) of a CPU model.
-
-    ``device_id='cpu'`` (FSDPStrategy passes ``LOCAL_RANK``, a CUDA index), SyncBN
-    layers become BN as in :class:`CPUDistributedDataParallel`.
-    """
+    """``MMFullyShardedDataParallel`` (FSDPStrategy) of a CPU model (``device_id``
+    'cpu', not ``LOCAL_RANK``), SyncBN as in :class:`CPUDistributedDataParallel`."""
 
     def __init__(self, module, device_id=None, **kwargs):
         super().__init__(module=revert_sync_batchnorm(module), device_id='cpu',
@@ -50,12 +43,9 @@ class CPUFullyShardedDataParallel(MMFullyShardedDataParallel):
 
 @HOOKS.register_module()
 class SyncBuffersEveryIterHook(Hook):
-    """Average floating-point buffers (BN running statistics) over the processes
-    after every training iteration, before checkpoints and validation.
-
-    Stands in for SyncBN on CPU processes: every process validates with, and
-    rank 0 saves, the same statistics.
-    """
+    """Average floating-point buffers (BN statistics) over the processes after
+    every training iteration, so that all validate with, and rank 0 saves, the
+    same statistics (SyncBN's stand-in on CPU processes)."""
     priority = 'NORMAL'  # before CheckpointHook (VERY_LOW)
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,

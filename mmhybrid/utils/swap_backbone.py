@@ -1,11 +1,5 @@
-"""Put a backbone into an upstream mmseg / mmdet / mmpretrain model config.
-
-Upstream configs are written for their own backbone (ResNet, Swin, MiT, ViT):
-the neck and heads carry its channel numbers, some read only a few of its
-outputs (RetinaNet's FPN starts at stage 1, PSPNet reads stages 3 and 4), and the
-model names its weights (mmseg's ``pretrained``, the backbone's ``init_cfg``).
-:func:`swap_backbone` replaces the backbone and makes the rest agree with it.
-"""
+"""Put a backbone into an upstream mmseg / mmdet / mmpretrain model config, whose
+neck and heads carry the channels and outputs of its own backbone."""
 import copy
 
 import torch
@@ -13,8 +7,7 @@ from mmengine.registry import MODELS, DefaultScope
 
 from .default_scope import register_scope
 
-# mmseg decode heads that also read backbone output 0 directly (``inputs[0]``),
-# with the argument holding its channels
+# mmseg decode heads that also read backbone output 0 (the argument of its channels)
 C1_HEADS = {'DepthwiseSeparableASPPHead': 'c1_in_channels'}
 HEAD_KEYS = ('decode_head', 'auxiliary_head', 'head')
 
@@ -55,34 +48,19 @@ def _plain_pyramid(fpn, used, in_channels, stride):
 
 
 def swap_backbone(cfg, backbone, pretrained=None, probe_size=224):
-    """Replace the backbone of a model config and fix what depends on it.
+    """Replace the backbone of a model config (or model dict) ``cfg`` and fix
+    what depends on it, in place; returns ``cfg``.
 
-    ``backbone`` must return the maps the replaced backbone returned, in order
-    (e.g. ``out_indices=(0, 1, 2, 3)`` for a ResNet's four stages; a plain ViT
-    returns one stride for all). Then, in place:
-
-    * the neck's ``in_channels`` (mmdet / mmseg FPN, MultiLevelNeck, ...) or, with
-      no neck, every decode / auxiliary / classifier head's ``in_channels`` (and
-      DeepLabV3+'s ``c1_in_channels``) get the backbone's channels;
-    * outputs nothing reads are dropped from ``out_indices`` (unused outputs would
-      leave parameters without gradients, which DDP refuses): an FPN's
-      ``start_level`` becomes 0, heads' ``in_index`` are renumbered, a classifier
-      keeps the last output;
-    * with a plain backbone (every output of one stride) an ``FPN`` neck becomes
-      ``mmhybrid.SimpleFeaturePyramid`` (ViTDet) producing the same levels;
-    * the model-level ``pretrained`` and any ``init_cfg`` of type Pretrained name
-      weights of the replaced model and are removed; ``pretrained`` (a checkpoint
-      of the new backbone) becomes its ``init_cfg``.
-
-    Args:
-        cfg (Config | dict): a full config (with ``model``) or a model dict.
-        backbone (dict): the new backbone config, e.g.
-            ``dict(type='mmhybrid.SoLAVision', arch='t')``.
-        pretrained (str, optional): checkpoint for the new backbone.
-        probe_size (int): input size of the dry run measuring channels/strides.
-
-    Returns:
-        The edited ``cfg``.
+    ``backbone`` (e.g. ``dict(type='mmhybrid.SoLAVision', arch='t')``) must return
+    the maps the replaced one returned, in order; a dry run at ``probe_size``
+    measures their channels and strides. Then the neck's ``in_channels`` (or,
+    with no neck, every head's ``in_channels`` and DeepLabV3+'s
+    ``c1_in_channels``) get its channels; outputs nothing reads are dropped from
+    ``out_indices`` (DDP refuses parameters without gradients): an FPN's
+    ``start_level`` becomes 0, heads' ``in_index`` are renumbered; a plain
+    backbone (one stride) turns an ``FPN`` into ``mmhybrid.SimpleFeaturePyramid``
+    (ViTDet). The replaced model's ``pretrained`` / Pretrained ``init_cfg`` go;
+    ``pretrained`` becomes the new backbone's ``init_cfg``.
     """
     model = cfg['model'] if 'model' in cfg else cfg
     scope = cfg.get('default_scope') if 'model' in cfg else None

@@ -6,13 +6,10 @@ a model learns the task within minutes on a CPU. The files are read by the real
 ``ADE20KDataset`` (mmseg), ``CocoDataset`` (mmdet) and ``ImageNet`` (mmpretrain)
 classes: labels are indices of those datasets' own class lists.
 
-Layouts written under ``root``::
-
-    ade:      images/{training,validation}/*.jpg
-              annotations/{training,validation}/*.png   (ADE class index + 1)
-    coco:     {train,val}2017/*.jpg
-              annotations/instances_{train,val}2017.json (polygons, 80 classes)
-    imagenet: train/<wnid>/*.JPEG, val/*.JPEG, meta/{train,val}.txt
+Layouts: ade ``images|annotations/{training,validation}/*.{jpg,png}`` (PNG:
+ADE class index + 1); coco ``{train,val}2017/*.jpg`` and
+``annotations/instances_{train,val}2017.json``; imagenet ``train/<wnid>/*.JPEG``,
+``val/*.JPEG``, ``meta/{train,val}.txt``.
 """
 import json
 import os
@@ -68,17 +65,12 @@ def _background(h, w, rng):
 
 def _polygon(kind, cx, cy, r, angle):
     """Vertices (K, 2) of shape ``kind`` centred at (cx, cy) with radius r."""
-    if kind == 0:
-        t = np.linspace(0, 2 * np.pi, 32, endpoint=False)
-        pts = np.stack([np.cos(t), np.sin(t)], 1)
-    elif kind == 1:
+    if kind == 1:
         pts = np.array([[-1, -1], [1, -1], [1, 1], [-1, 1]]) * 0.75
-    elif kind == 2:
-        t = np.array([0, 2, 4]) * np.pi / 3 - np.pi / 2
-        pts = np.stack([np.cos(t), np.sin(t)], 1)
-    else:
-        t = np.linspace(0, 2 * np.pi, 32, endpoint=False)
-        pts = np.stack([np.cos(t), 0.55 * np.sin(t)], 1)
+    else:  # disc, triangle, ellipse
+        t = (np.array([0, 2, 4]) * np.pi / 3 - np.pi / 2 if kind == 2
+             else np.linspace(0, 2 * np.pi, 32, endpoint=False))
+        pts = np.stack([np.cos(t), (0.55 if kind == 3 else 1) * np.sin(t)], 1)
     rot = np.array([[np.cos(angle), -np.sin(angle)],
                     [np.sin(angle), np.cos(angle)]])
     return pts @ rot.T * r + np.array([cx, cy])
@@ -112,8 +104,7 @@ def draw_scene(h, w, rng, max_objects=3):
             continue
         placed.append((cx, cy, r))
         kind = int(rng.integers(len(SHAPES)))
-        poly, mask = paint_shape(img, kind, cx, cy, r, rng.uniform(0, np.pi),
-                                 rng)
+        poly, mask = paint_shape(img, kind, cx, cy, r, rng.uniform(0, np.pi), rng)
         objects.append((kind, poly, mask))
     return img, horizon, objects
 
@@ -145,8 +136,7 @@ def make_toy_ade20k(root, num_train=48, num_val=12, size=(128, 160), seed=0):
             name = f'ADE_{split[:5]}_{i + 1:08d}'
             cv2.imwrite(osp.join(root, 'images', split, name + '.jpg'), img,
                         [cv2.IMWRITE_JPEG_QUALITY, 95])
-            cv2.imwrite(osp.join(root, 'annotations', split, name + '.png'),
-                        label)
+            cv2.imwrite(osp.join(root, 'annotations', split, name + '.png'), label)
     return root
 
 
@@ -170,8 +160,7 @@ def make_toy_coco(root, num_train=48, num_val=12, size=(160, 192), seed=1):
             file_name = f'{img_id:012d}.jpg'
             cv2.imwrite(osp.join(root, split, file_name), img,
                         [cv2.IMWRITE_JPEG_QUALITY, 95])
-            images.append(dict(id=img_id, file_name=file_name, width=w,
-                               height=h))
+            images.append(dict(id=img_id, file_name=file_name, width=w, height=h))
             for kind, poly, mask in objects:
                 ys, xs = np.nonzero(mask)
                 x0, y0 = int(xs.min()), int(ys.min())
@@ -182,8 +171,7 @@ def make_toy_coco(root, num_train=48, num_val=12, size=(160, 192), seed=1):
                     bbox=[x0, y0, int(xs.max()) - x0 + 1,
                           int(ys.max()) - y0 + 1]))
                 ann_id += 1
-        with open(osp.join(root, 'annotations', f'instances_{split}.json'),
-                  'w') as f:
+        with open(osp.join(root, 'annotations', f'instances_{split}.json'), 'w') as f:
             json.dump(dict(images=images, annotations=annotations,
                            categories=categories), f)
     return root

@@ -8,20 +8,12 @@
     python tools/analysis/get_flops.py --paper-tables [sola elfatt infvit]
     python tools/analysis/get_flops.py --arch-tables [SoLAVision HAViT ...]
 
-FLOPs are multiply-adds counted as fvcore / mmengine's ``get_flops`` count them
-(matrix products, convolutions, norms and resampling with fvcore's factors;
-element-wise ops not counted), plus scaled-dot-product attention (``Q K^T`` and
-``A V``) and the registered formulas of custom ops (WKV: 8 per token and channel;
-gated delta rule: 4 K V + K per token and head; sliding-window attention: each
-query's window; historical attention: attention plus its history mix), see
-``mmhybrid/analysis``. The model runs once on a random image on the CPU
-(``--device`` to change). Whole models run in upstream's ``mode='tensor'``
-(segmentors: backbone + decode head; detectors: up to the RoI head outputs;
-classifiers: up to the logits), as mmseg/mmdet/mmpretrain's own get_flops do.
-``--paper-tables`` and ``--arch-tables`` print the markdown tables of
-docs/benchmarks.md from the figures in ``configs/<family>/metafile.yml``: every
-model with ``Paper Figures`` (the paper's ``Metadata.Parameters``/``FLOPs``) and
-every bare ``Backbone`` we ship.
+FLOPs are multiply-adds as fvcore / mmengine's ``get_flops`` count them, plus
+scaled-dot-product attention and the registered formulas of custom ops
+(``mmhybrid/analysis``), on one random image. Whole models run in upstream's
+``mode='tensor'``, as mmseg/mmdet/mmpretrain's own get_flops do.
+``--paper-tables`` / ``--arch-tables`` print the tables of docs/benchmarks.md
+from ``configs/<family>/metafile.yml`` (``Paper Figures`` and ``Backbone`` entries).
 """
 import argparse
 import glob
@@ -39,6 +31,7 @@ from mmhybrid.analysis import Complexity
 from mmhybrid.utils import register_scope
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+PLAIN_KINDS = {'matmul', 'conv', 'norm', 'resample'}
 
 
 def read_metafiles(configs=osp.join(REPO, 'configs')):
@@ -48,18 +41,15 @@ def read_metafiles(configs=osp.join(REPO, 'configs')):
     papers, paper_rows, arch_rows = {}, [], []
     for path in sorted(glob.glob(osp.join(configs, '*', 'metafile.yml'))):
         family = osp.basename(osp.dirname(path))
-        meta = mmengine.load(path)
-        for model in meta['Models']:
+        for model in mmengine.load(path)['Models']:
             figures, backbone = model.get('Paper Figures'), model.get('Backbone')
             if figures:
                 papers[family] = model['In Collection']
-                metadata = model['Metadata']
                 row = dict(paper=family, table=figures['Table'], model=figures['Model'],
-                           config=model['Config'],
-                           options=figures.get('Cfg Options') or {},
+                           config=model['Config'], options=figures.get('Cfg Options') or {},
                            part=figures['Counted'], shape=tuple(figures['Input']),
-                           params=metadata['Parameters'] / 1e6,
-                           flops=metadata.get('FLOPs', 0) / 1e9 or None)
+                           params=model['Metadata']['Parameters'] / 1e6,
+                           flops=model['Metadata'].get('FLOPs', 0) / 1e9 or None)
                 if 'FLOPs FA' in figures:
                     row['flops_fa'] = figures['FLOPs FA'] and figures['FLOPs FA'] / 1e9
                 paper_rows.append(row)
@@ -86,27 +76,20 @@ def parse_args(argv=None):
     parser.add_argument('--paper-tables', nargs='*', metavar='PAPER',
                         help='our figures beside the papers\' (sola elfatt infvit)')
     parser.add_argument('--arch-tables', nargs='*', metavar='TYPE',
-                        help='params and FLOPs of every arch we ship (of these '
-                        'backbone types)')
+                        help='every arch we ship (of these backbone types)')
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config entries (with --arch: backbone '
-                        'arguments)')
+                        help='override config entries (with --arch: backbone arguments)')
     args = parser.parse_args(argv)
-    modes = [args.config is not None, args.arch is not None,
-             args.paper_tables is not None, args.arch_tables is not None]
-    if sum(modes) != 1:
-        parser.error('give exactly one of CONFIG, --arch, --paper-tables or '
-                     '--arch-tables')
+    if sum([args.config is not None, args.arch is not None,
+            args.paper_tables is not None, args.arch_tables is not None]) != 1:
+        parser.error('give exactly one of CONFIG, --arch, --paper-tables or --arch-tables')
     if args.arch is not None and len(args.arch) < 2:
         parser.error('--arch needs a backbone type and at least one arch')
+    if len(args.shape) > 2:
+        parser.error(f'--shape takes H or H W, got {args.shape}')
+    args.shape = tuple(args.shape * 2)[:2]
     return args
-
-
-def input_shape(shape):
-    if len(shape) not in (1, 2):
-        raise ValueError(f'--shape takes H or H W, got {shape}')
-    return tuple(shape * 2)[:2]
 
 
 def build_from_config(path, options=None):
@@ -114,8 +97,12 @@ def build_from_config(path, options=None):
     cfg.merge_from_dict(options or {})
     register_scope(cfg.get('default_scope'))
     init_default_scope(cfg.get('default_scope', 'mmengine'))
-    model = MODELS.build(cfg.model)
-    return cfg, model
+    return MODELS.build(cfg.model)
+
+
+def build_backbone(backbone_type, arch, options=None):
+    return MODELS.build(dict(type=f'mmhybrid.{backbone_type}', arch=arch,
+                             **(options or {})))
 
 
 def measure(model, shape, backbone_only=False, device='cpu'):
@@ -135,15 +122,19 @@ def measure(model, shape, backbone_only=False, device='cpu'):
     return Complexity(model, x, samples, mode='tensor')
 
 
-def table(rows, kinds):
-    """Markdown table of (label, params, Counter of kinds) rows."""
-    head = ['part', 'params (M)', 'GFLOPs'] + [f'of which {k}' for k in kinds]
-    lines = ['| ' + ' | '.join(head) + ' |', '|' + ' --- |' * len(head)]
-    for label, params, counts in rows:
-        cells = [label, f'{params / 1e6:.3f}', f'{sum(counts.values()) / 1e9:.3f}']
-        cells += [f'{counts[k] / 1e9:.3f}' if counts[k] else '' for k in kinds]
-        lines.append('| ' + ' | '.join(cells) + ' |')
-    return '\n'.join(lines)
+def markdown(head, rows):
+    return '\n'.join('| ' + ' | '.join(cells) + ' |'
+                     for cells in [head, ['---'] * len(head)] + rows)
+
+
+def kind_cells(counts, kinds):
+    return [f'{sum(counts.values()) / 1e9:.3f}'] + [
+        f'{counts[k] / 1e9:.3f}' if counts[k] else '' for k in kinds]
+
+
+def special_kinds(counters):
+    """Kinds beyond fvcore's (attention, custom-op formulas), sorted."""
+    return sorted(set().union(*counters) - PLAIN_KINDS)
 
 
 def report(model, complexity, backbone_only):
@@ -153,54 +144,20 @@ def report(model, complexity, backbone_only):
     prefix = '' if backbone is root else 'backbone.'
     rows = [(prefix + label, p, c) for label, p, c in complexity.rows(backbone)]
     if backbone is not root:
-        rows.append(('backbone', complexity.params(backbone),
-                     complexity.kinds(backbone)))
-        for name, child in root.named_children():
-            if child is not backbone and (complexity.params(child)
-                                          or complexity.kinds(child)):
-                rows.append((name, complexity.params(child),
-                             complexity.kinds(child)))
+        rows += [(name, complexity.params(child), complexity.kinds(child))
+                 for name, child in [('backbone', backbone)] + [
+                     c for c in root.named_children() if c[1] is not backbone]
+                 if complexity.params(child) or complexity.kinds(child)]
     rows.append(('total', complexity.params(), complexity.kinds()))
-    return table(rows, special_kinds(c for _, _, c in rows))
-
-
-PLAIN_KINDS = {'matmul', 'conv', 'norm', 'resample'}
-
-
-def special_kinds(counters):
-    """Kinds beyond fvcore's (attention, custom-op formulas), sorted."""
-    return sorted(set().union(*counters) - PLAIN_KINDS)
-
-
-def run_config(args):
-    shape = input_shape(args.shape)
-    _, model = build_from_config(args.config, args.cfg_options)
-    complexity = measure(model, shape, args.backbone_only, args.device)
-    what = 'backbone of ' if args.backbone_only else ''
-    print(f'{what}{type(model).__name__} from {args.config}, input 1x3x{shape[0]}x'
-          f'{shape[1]}, multiply-adds (fvcore convention + attention + custom ops)\n')
-    print(report(model, complexity, args.backbone_only))
-
-
-def build_backbone(backbone_type, arch, options=None):
-    return MODELS.build(dict(type=f'mmhybrid.{backbone_type}', arch=arch,
-                             **(options or {})))
-
-
-def run_arch(args):
-    shape = input_shape(args.shape)
-    backbone_type, archs = args.arch[0], args.arch[1:]
-    for arch in archs:
-        model = build_backbone(backbone_type, arch, args.cfg_options)
-        complexity = measure(model, shape, device=args.device)
-        print(f'\n{backbone_type} arch={arch!r}, input 1x3x{shape[0]}x{shape[1]}\n')
-        print(report(model, complexity, False))
+    kinds = special_kinds(c for _, _, c in rows)
+    return markdown(['part', 'params (M)', 'GFLOPs'] + [f'of which {k}' for k in kinds],
+                    [[label, f'{params / 1e6:.3f}', *kind_cells(counts, kinds)]
+                     for label, params, counts in rows])
 
 
 def paper_row(entry, device='cpu'):
     """Our params, FLOPs and FLOPs without SDPA attention for a PAPER_FIGURES row."""
-    path = osp.join(REPO, entry['config'])
-    _, model = build_from_config(path, entry['options'])
+    model = build_from_config(osp.join(REPO, entry['config']), entry['options'])
     complexity = measure(model, entry['shape'], entry['part'] == 'backbone', device)
     part = model.backbone if entry['part'] == 'backbone' else model
     kinds = complexity.kinds(part)
@@ -213,17 +170,12 @@ def _diff(ours, paper):
 
 
 def run_paper_tables(args):
-    MMLogger.get_current_instance().setLevel(logging.ERROR)  # stdout: the table
     chosen = set(args.paper_tables) or set(PAPERS)
-    unknown = chosen - set(PAPERS)
-    if unknown:
-        raise SystemExit(f'unknown papers {sorted(unknown)}; use {sorted(PAPERS)}')
-    head = ['paper', 'table', 'model', 'input', 'counted', 'params (M) paper', 'ours',
-            'GFLOPs paper', 'ours', 'without SDPA: paper (FA)', 'ours']
-    print('| ' + ' | '.join(head) + ' |\n|' + ' --- |' * len(head))
-    for entry in PAPER_FIGURES:
-        if entry['paper'] not in chosen:
-            continue
+    if chosen - set(PAPERS):
+        raise SystemExit(f'unknown papers {sorted(chosen - set(PAPERS))}; use {sorted(PAPERS)}')
+    print(markdown(['paper', 'table', 'model', 'input', 'counted', 'params (M) paper',
+                    'ours', 'GFLOPs paper', 'ours', 'without SDPA: paper (FA)', 'ours'], []))
+    for entry in [e for e in PAPER_FIGURES if e['paper'] in chosen]:
         params, flops, flops_fa = paper_row(entry, args.device)
         fa = entry.get('flops_fa')
         cells = [PAPERS[entry['paper']], entry['table'], entry['model'],
@@ -235,44 +187,43 @@ def run_paper_tables(args):
         print('| ' + ' | '.join(cells) + ' |', flush=True)
 
 
-def arch_row(entry, device='cpu'):
-    """Params and Counter of kinds of an ARCH_FIGURES row's bare backbone."""
-    model = build_backbone(entry['type'], entry['arch'], entry['options'])
-    complexity = measure(model, entry['shape'], device=device)
-    return complexity.params(), complexity.kinds()
-
-
 def run_arch_tables(args):
-    MMLogger.get_current_instance().setLevel(logging.ERROR)  # stdout: the table
-    chosen = set(args.arch_tables) or {e['type'] for e in ARCH_FIGURES}
-    unknown = chosen - {e['type'] for e in ARCH_FIGURES}
-    if unknown:
-        raise SystemExit(f'unknown backbone types {sorted(unknown)}')
-    entries = [e for e in ARCH_FIGURES if e['type'] in chosen]
-    rows = [(entry, *arch_row(entry, args.device)) for entry in entries]
+    types = {e['type'] for e in ARCH_FIGURES}
+    chosen = set(args.arch_tables) or types
+    if chosen - types:
+        raise SystemExit(f'unknown backbone types {sorted(chosen - types)}')
+    rows = []
+    for entry in [e for e in ARCH_FIGURES if e['type'] in chosen]:
+        complexity = measure(build_backbone(entry['type'], entry['arch'], entry['options']),
+                             entry['shape'], device=args.device)
+        rows.append((entry, complexity.params(), complexity.kinds()))
     kinds = special_kinds(k for _, _, k in rows)
-    head = ['model', 'backbone', 'input', 'params (M)', 'GFLOPs'] + [
-        f'of which {k}' for k in kinds]
-    print('| ' + ' | '.join(head) + ' |\n|' + ' --- |' * len(head))
-    for entry, params, counts in rows:
-        options = ''.join(f', {k}={v!r}' for k, v in entry['options'].items())
-        cells = [entry['model'], f"`{entry['type']}(arch={entry['arch']!r}{options})`",
-                 '{}x{}'.format(*entry['shape']), f'{params / 1e6:.2f}',
-                 f'{sum(counts.values()) / 1e9:.3f}']
-        cells += [f'{counts[k] / 1e9:.3f}' if counts[k] else '' for k in kinds]
-        print('| ' + ' | '.join(cells) + ' |', flush=True)
+    print(markdown(['model', 'backbone', 'input', 'params (M)', 'GFLOPs'] + [
+        f'of which {k}' for k in kinds], [
+        [e['model'], f"`{e['type']}(arch={e['arch']!r}"
+         + ''.join(f', {k}={v!r}' for k, v in e['options'].items()) + ')`',
+         '{}x{}'.format(*e['shape']), f'{params / 1e6:.2f}', *kind_cells(counts, kinds)]
+        for e, params, counts in rows]), flush=True)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.paper_tables is not None:
-        run_paper_tables(args)
-    elif args.arch_tables is not None:
-        run_arch_tables(args)
-    elif args.arch is not None:
-        run_arch(args)
-    else:
-        run_config(args)
+    shape = args.shape
+    if args.paper_tables is not None or args.arch_tables is not None:
+        MMLogger.get_current_instance().setLevel(logging.ERROR)  # stdout: the table
+        return (run_paper_tables if args.arch_tables is None else run_arch_tables)(args)
+    if args.arch is not None:
+        for arch in args.arch[1:]:
+            model = build_backbone(args.arch[0], arch, args.cfg_options)
+            print(f'\n{args.arch[0]} arch={arch!r}, input 1x3x{shape[0]}x{shape[1]}\n')
+            print(report(model, measure(model, shape, device=args.device), False))
+        return
+    model = build_from_config(args.config, args.cfg_options)
+    complexity = measure(model, shape, args.backbone_only, args.device)
+    print(f'{"backbone of " if args.backbone_only else ""}{type(model).__name__} from '
+          f'{args.config}, input 1x3x{shape[0]}x{shape[1]}, multiply-adds (fvcore '
+          'convention + attention + custom ops)\n')
+    print(report(model, complexity, args.backbone_only))
 
 
 if __name__ == '__main__':

@@ -94,22 +94,20 @@ def rows_for(op, dtype, shape, label):
     out = []
     for gpu, (bandwidth, sms, clock, _) in GPUS.items():
         total = 0.
+        case = dict(gpu=gpu, op=op, dtype=str(dtype).split('.')[-1], stage=label,
+                    shape='x'.join(map(str, shape)))
         for launch in launches:
             row = compile_check.compile_launch(launch, gpu)
             bw_s = tensor_bytes(launch, row['used_args']) / bandwidth
             issue_s = row['sass'] * tiles(launch) * row['num_warps'] / (sms * 4 * clock)
             total += max(bw_s, issue_s)
-            out.append(dict(gpu=gpu, op=op, dtype=str(dtype).split('.')[-1], stage=label,
-                            shape='x'.join(map(str, shape)), kernel=launch.name,
-                            registers=row['registers'], spill_bytes=row['spill_stores'],
+            out.append(dict(case, kernel=launch.name, registers=row['registers'], spill_bytes=row['spill_stores'],
                             shared=row['shared'], sass=row['sass'], tiles=tiles(launch),
                             est_bandwidth_us=bw_s * 1e6, est_issue_us=issue_s * 1e6,
                             bound='issue' if issue_s > bw_s else 'bandwidth'))
         single = op_io_bytes(op, dtype, shape) / bandwidth
         linear = linear_layer(tokens, C, gpu)
-        out.append(dict(gpu=gpu, op=op, dtype=str(dtype).split('.')[-1], stage=label,
-                        shape='x'.join(map(str, shape)), kernel='(op, fwd+bwd)',
-                        est_total_us=total * 1e6, est_single_pass_us=single * 1e6,
+        out.append(dict(case, kernel='(op, fwd+bwd)', est_total_us=total * 1e6, est_single_pass_us=single * 1e6,
                         est_linear_bf16_us=linear * 1e6,
                         x_single_pass=total / single, x_linear=total / linear))
     return out
@@ -118,12 +116,6 @@ def rows_for(op, dtype, shape, label):
 COLUMNS = ('gpu', 'op', 'dtype', 'stage', 'kernel', 'registers', 'spill_bytes', 'shared',
            'tiles', 'est_bandwidth_us', 'est_issue_us', 'bound', 'est_total_us',
            'est_single_pass_us', 'est_linear_bf16_us', 'x_single_pass', 'x_linear')
-
-
-def fmt(value):
-    if isinstance(value, float):
-        return f'{value:.3g}'
-    return '' if value is None else str(value)
 
 
 def plot(rows, path):
@@ -136,12 +128,11 @@ def plot(rows, path):
         sel = [r for r in ops if r['gpu'] == gpu]
         labels = [f"{r['op']} {r['dtype']}\n{r['stage']}" for r in sel]
         y = range(len(sel))
-        ax.barh([i - 0.27 for i in y], [r['est_total_us'] for r in sel], 0.27,
-                label='kernels (estimated)')
-        ax.barh(list(y), [r['est_single_pass_us'] for r in sel], 0.27,
-                label='single-pass minimum (estimated)')
-        ax.barh([i + 0.27 for i in y], [r['est_linear_bf16_us'] for r in sel], 0.27,
-                label='bf16 C x C linear (estimated)')
+        for shift, key, what in ((-0.27, 'est_total_us', 'kernels'),
+                                 (0, 'est_single_pass_us', 'single-pass minimum'),
+                                 (0.27, 'est_linear_bf16_us', 'bf16 C x C linear')):
+            ax.barh([i + shift for i in y], [r[key] for r in sel], 0.27,
+                    label=f'{what} (estimated)')
         ax.set_yticks(list(y), labels, fontsize=7)
         ax.set_xscale('log')
         ax.set_xlabel('estimated time, forward + backward (us)')
@@ -159,7 +150,8 @@ def main(argv=None):
     print('All times are ESTIMATED from compiled code and bytes, not measured.')
     print(' | '.join(COLUMNS))
     for r in rows:
-        print(' | '.join(fmt(r.get(c)) for c in COLUMNS))
+        print(' | '.join(f'{v:.3g}' if isinstance(v, float) else '' if v is None
+                         else str(v) for v in map(r.get, COLUMNS)))
     csv_path = write_csv(rows, os.path.join(args.out, 'kernel_roofline.csv'), COLUMNS)
     try:
         plot(rows, os.path.join(args.out, 'kernel_roofline.png'))

@@ -10,15 +10,12 @@ registered name (``mmhybrid`` models by their plain name, others as
 ``scope.Name``). Images are ``--image`` paths, or ``--num-images`` generated
 scenes (the toy-data painter), resized to ``--size``.
 
-Writes to ``--out``:
-
-* ``features.png``: per image, the input and, for every output of the backbone,
-  the L2 norm over channels of its feature map (normalised per panel);
-* ``erf.png`` / ``erf.npy``: the effective receptive field of every output, as
-  RepLKNet measures it (and VMamba, SoLA-Vision... plot it): the gradient of
-  ``sum_c relu(y_c)`` at the centre position of the output map with respect to
-  the input image, positive part summed over the colour channels and averaged
-  over the images; the PNG shows ``log10(1 + erf)`` scaled to [0, 1] per panel.
+Writes to ``--out``: ``features.png`` (per image, the input and the L2 norm over
+channels of every output, normalised per panel) and ``erf.png`` / ``erf.npy``: the
+effective receptive field of every output as RepLKNet measures it, the gradient
+of ``sum_c relu(y_c)`` at the centre of the output map with respect to the
+image, positive part summed over colours and averaged over images (the PNG shows
+``log10(1 + erf)`` scaled to [0, 1]).
 """
 import argparse
 import os
@@ -36,14 +33,16 @@ from mmhybrid.models.utils import load_pretrained
 from mmhybrid.registry import MODELS
 from mmhybrid.utils.toy_data import draw_scene
 
+matplotlib.use('Agg')  # files only, no display
+from matplotlib import pyplot as plt  # noqa: E402
+
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
 
 
 def build_backbone(config=None, backbone=None, arch=None, options=None,
                    checkpoint=None):
-    """(backbone in eval mode, mean, std): from a config's ``model.backbone`` or
-    a registered name; ``options`` update its arguments."""
+    """(backbone in eval mode, mean, std) of a config or a registered name."""
     mean, std = IMAGENET_MEAN, IMAGENET_STD
     if config is not None:
         cfg = Config.fromfile(config)
@@ -85,12 +84,6 @@ def load_images(paths=(), num=4, size=(224, 224), seed=0):
             for img in images]
 
 
-def to_batch(images, mean, std):
-    x = torch.from_numpy(np.stack(images).astype(np.float32)).permute(0, 3, 1, 2)
-    return (x - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(
-        1, 3, 1, 1)
-
-
 def run(model, batch):
     """The backbone's outputs as a tuple of (B, C, h, w) maps."""
     outputs = model(batch)
@@ -114,14 +107,7 @@ def _normalised(a):
     return a / a.max() if a.max() > 0 else a
 
 
-def _pyplot():
-    matplotlib.use('Agg')  # files only, no display
-    from matplotlib import pyplot
-    return pyplot
-
-
 def save_feature_maps(images, outputs, path):
-    plt = _pyplot()
     rows, cols = len(images), len(outputs) + 1
     fig, axes = plt.subplots(rows, cols, figsize=(2.2 * cols, 2.2 * rows),
                              squeeze=False)
@@ -132,19 +118,19 @@ def save_feature_maps(images, outputs, path):
             axes[r, c].imshow(_normalised(out[r].norm(dim=0).numpy()), cmap='viridis')
             if r == 0:
                 axes[r, c].set_title(f'out {c - 1}: {tuple(out.shape[1:])}', fontsize=8)
-    for ax in axes.flat:
-        ax.axis('off')
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, axes, path)
 
 
 def save_erfs(erfs, path):
-    plt = _pyplot()
     fig, axes = plt.subplots(1, len(erfs), figsize=(3 * len(erfs), 3), squeeze=False)
     for i, (ax, erf) in enumerate(zip(axes[0], erfs)):
         ax.imshow(_normalised(np.log10(1 + erf)), cmap='RdYlGn', vmin=0, vmax=1)
         ax.set_title(f'ERF of output {i}', fontsize=9)
+    _save(fig, axes, path)
+
+
+def _save(fig, axes, path):
+    for ax in axes.flat:
         ax.axis('off')
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -172,7 +158,8 @@ def main(argv=None):
     model, mean, std = build_backbone(args.config, args.backbone, args.arch,
                                       args.options, args.checkpoint)
     images = load_images(args.image, args.num_images, size)
-    batch = to_batch(images, mean, std)
+    batch = torch.from_numpy(np.stack(images).astype(np.float32)).permute(0, 3, 1, 2)
+    batch = (batch - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
     with torch.no_grad():
         outputs = run(model, batch)
     erfs = effective_receptive_fields(model, batch)

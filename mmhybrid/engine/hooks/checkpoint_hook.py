@@ -1,21 +1,15 @@
 """mmengine's ``CheckpointHook`` with checkpoints that are whole or absent and that
 load weights-only (torch >= 2.6's default) anywhere.
 
-mmengine 0.10 writes a checkpoint in place, and with ``max_keep_ckpts`` it removes
-the oldest kept checkpoint *before* writing the new one: a process killed while
-saving leaves a truncated file and, with ``max_keep_ckpts=1``, no intact one. Its
-checkpoints also hold ``HistoryBuffer`` objects and numpy values, which
-``torch.load(weights_only=True)`` refuses (``--resume``, ``mmseg.apis.init_model``,
-``mmdet.apis.init_detector``). Named in our config bases
-(``default_hooks.checkpoint.type='mmhybrid.AtomicCheckpointHook'``), this hook:
-
-* writes checkpoints through :class:`AtomicLocalBackend` (a storage backend
-  registered with mmengine by name): temporary file, fsync, rename;
-* removes outdated checkpoints only after the new one and the ``last_checkpoint``
-  pointer are written;
-* stores the checkpoint in the weights-only form of
-  :func:`mmhybrid.utils.checkpoint.to_weights_only` (``before_save_checkpoint``)
-  and rebuilds the objects when the Runner loads it (``after_load_checkpoint``).
+mmengine 0.10 writes a checkpoint in place and, with ``max_keep_ckpts``, removes
+the oldest one *before* writing the new: a process killed while saving leaves a
+truncated file and, with ``max_keep_ckpts=1``, no intact one. Its checkpoints
+also hold ``HistoryBuffer`` objects and numpy values, which
+``torch.load(weights_only=True)`` refuses. Named in our config bases
+(``default_hooks.checkpoint.type='mmhybrid.AtomicCheckpointHook'``), this hook
+writes through :class:`AtomicLocalBackend` (temporary file, fsync, rename),
+removes outdated checkpoints only after the new one and ``last_checkpoint`` are
+written, and stores :func:`~mmhybrid.utils.checkpoint.to_weights_only` contents.
 """
 import contextlib
 import functools
@@ -31,8 +25,7 @@ ATOMIC_BACKEND = 'mmhybrid_atomic_local'
 
 
 class AtomicLocalBackend(LocalBackend):
-    """mmengine's local file backend whose writes are atomic
-    (:func:`mmhybrid.utils.checkpoint.atomic_write`)."""
+    """mmengine's local file backend whose writes are atomic."""
 
     def put(self, obj, filepath):
         atomic_write(obj, str(filepath))
@@ -67,12 +60,8 @@ class _DeferredRemovals:
 
 @HOOKS.register_module()
 class AtomicCheckpointHook(CheckpointHook):
-    """``CheckpointHook`` (same arguments) with atomic, weights-only checkpoints.
-
-    Local output folders use :class:`AtomicLocalBackend` unless ``backend_args``
-    names another backend; remote ones (``out_dir='s3://...'``) are left to
-    mmengine's backends.
-    """
+    """``CheckpointHook`` (same arguments) with atomic, weights-only checkpoints;
+    remote ``out_dir`` or explicit ``backend_args`` keep mmengine's backends."""
 
     def __init__(self, *args, backend_args=None, **kwargs):
         out_dir = kwargs.get('out_dir')
