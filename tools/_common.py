@@ -13,7 +13,7 @@ from mmengine.config import Config, ConfigDict
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
-from mmhybrid.utils.default_scope import setup_config_scope
+from mmhybrid.utils import register_scope
 from mmhybrid.utils.distributed import setup_cpu_distributed
 
 DATA_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader',
@@ -85,7 +85,7 @@ def load_config(path, options=None, work_dir=None, launcher='none'):
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(path))[0])
-    setup_config_scope(cfg)
+    register_scope(cfg.get('default_scope'))
     return cfg
 
 

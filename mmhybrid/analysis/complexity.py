@@ -1,4 +1,5 @@
 """Parameters and multiply-adds of a model, per stage of its backbone and per part."""
+import itertools
 from collections import Counter
 
 import torch.nn as nn
@@ -12,25 +13,18 @@ def stage_parts(backbone):
     mmhybrid backbones list their stages through ``stage_parts(i)`` (0 = stem, as
     ``frozen_stages`` uses them); any other module is split into its children.
     """
-    if not hasattr(backbone, 'stage_parts'):
-        return [(name, [child]) for name, child in backbone.named_children()]
     rows = []
-    for index in range(sum(1 for _ in backbone.modules()) + 1):  # a bound
+    for index in itertools.count() if hasattr(backbone, 'stage_parts') else ():
         try:
-            parts = backbone.stage_parts(index)
+            rows.append(('stem' if index == 0 else f'stage{index}',
+                         backbone.stage_parts(index)))
         except (IndexError, NotImplementedError):
             break
-        rows.append(('stem' if index == 0 else f'stage{index}', parts))
     return rows or [(name, [child]) for name, child in backbone.named_children()]
 
 
 class Complexity:
-    """Parameters and multiply-adds of ``model`` on ``inputs``, by module.
-
-    Args:
-        model (nn.Module): run as ``model(*inputs, **kwargs)`` (put it in eval mode).
-        inputs: its positional inputs; kwargs: its keyword inputs.
-    """
+    """Parameters and multiply-adds of ``model(*inputs, **kwargs)``, by module."""
 
     def __init__(self, model, *inputs, **kwargs):
         self.model = model

@@ -1,21 +1,14 @@
 """Count the multiply-adds of a forward pass, per module and per kind of work.
 
-The convention is fvcore's (and mmengine's ``FlopAnalyzer``, which upstream
-``get_flops`` tools use): one fused multiply-add counts 1; matrix products and
-convolutions count their multiply-adds; normalisation, interpolation and pooling
-count fvcore's per-element factors; element-wise ops (activations, softmax, adds)
-count nothing. Two things fvcore cannot see are added:
-
-* ``F.scaled_dot_product_attention`` as one op on any backend, ``Q K^T`` and
-  ``A V`` (fvcore cannot see it; ``torch.utils.flop_counter`` counts 0 for the
-  CPU kernel); masks do not reduce the count;
-* modules with a registered formula (:func:`register_flops`): the ops such a
-  module runs itself, outside its child modules, are replaced by the formula. That
-  is how ops whose code does not show their arithmetic are counted (the WKV scan is
-  element-wise; a fused Triton kernel is invisible), independent of the backend.
-
-Counting runs the model for real (:class:`FlopCounter` is a ``TorchDispatchMode``
-plus module hooks), so every op of any code path is seen exactly once.
+fvcore's convention (that of mmengine's ``FlopAnalyzer`` and upstream ``get_flops``
+tools): a fused multiply-add counts 1; matrix products and convolutions count
+their multiply-adds; norms, interpolation and pooling fvcore's per-element
+factors; element-wise ops nothing. Added: ``F.scaled_dot_product_attention`` as
+one op on any backend (``Q K^T`` and ``A V``; fvcore cannot see it, torch's
+counter counts 0 for the CPU kernel), and modules with a formula
+(:func:`register_flops`) that replaces the ops they run outside their children:
+scans and fused kernels do not show their arithmetic. :class:`FlopCounter` runs
+the model for real (a ``TorchDispatchMode`` plus module hooks).
 """
 import inspect
 import math
@@ -110,10 +103,7 @@ ATEN_RULES = {
 
 
 class FlopCount:
-    """Multiply-adds of one forward pass: ``counts[module_name][kind]``.
-
-    ``module_name`` is the innermost module that ran the op ('' for the root).
-    """
+    """``counts[module_name][kind]``: multiply-adds by innermost module ('': root)."""
 
     def __init__(self, counts):
         self.counts = counts
@@ -151,14 +141,8 @@ class _AttentionCalls(TorchFunctionMode):
 
 
 class FlopCounter(TorchDispatchMode):
-    """Context manager that counts the multiply-adds ``model`` runs inside it.
-
-    Example::
-
-        with FlopCounter(model) as counter, torch.no_grad():
-            model(x)
-        counter.result.total('backbone'), counter.result.by_kind()
-    """
+    """Context manager that counts the multiply-adds ``model`` runs inside it
+    (``counter.result``: a :class:`FlopCount`)."""
 
     def __init__(self, model):
         super().__init__()

@@ -1,13 +1,7 @@
-"""Multiply-add formulas of mmhybrid modules whose code does not show their arithmetic.
-
-Everything else (linear layers, convolutions, explicit matmuls such as EFFATT's and
-linear InfSA's, softmax attention through ``F.scaled_dot_product_attention`` as in
-the block, 2D window, window and global attentions, ToMe's similarity matrix) is
-counted from the ops that run, see :mod:`mmhybrid.analysis.flop_counter`. A layer
-whose op is a scan, a fused kernel, or an algorithm whose work is not the method's
-cost (chunked recurrences, masked tiles) registers its formula here with
-:func:`register_flops`; each formula counts the math of the method's equation,
-whatever backend runs it.
+"""Multiply-add formulas of mmhybrid modules whose code does not show their arithmetic
+(a scan, a fused kernel, or work that is not the method's cost: chunked
+recurrences, masked tiles). Each counts the math of the method's equation,
+whatever backend runs it; everything else is counted from the ops that run.
 """
 from mmhybrid.layers import (BidirectionalGatedDeltaNet, HistoricalAttention,
                              SlidingWindowAttention, SpatialMix)

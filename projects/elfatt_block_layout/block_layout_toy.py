@@ -32,6 +32,7 @@ from mmhybrid.utils.toy_data import make_toy_ade20k
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIG = osp.join(ROOT, 'configs/elfatt/upernet_swin-t-elfatt_ade20k.py')
+DEMO = osp.join(ROOT, 'configs/sola/demo/upernet_sola-t_toy-ade.py')
 ARMS = {'1d': '1d', '2d': '2d', '2d-image-lepe': '2d'}
 
 
@@ -50,21 +51,10 @@ def toy_config(layout, seed, iters, data_root, work_dir, batch):
         drop_path_rate=0.)
     cfg.model.decode_head.update(in_channels=[32, 64, 128, 256], channels=64)
     cfg.model.auxiliary_head.update(in_channels=128, channels=32)
-    train_pipeline = [
-        dict(type='LoadImageFromFile'),
-        dict(type='LoadAnnotations', reduce_zero_label=True),
-        dict(type='RandomResize', scale=(512, 128), ratio_range=(0.75, 1.5),
-             keep_ratio=True),
-        dict(type='RandomCrop', crop_size=crop, cat_max_ratio=0.75),
-        dict(type='RandomFlip', prob=0.5),
-        dict(type='PackSegInputs'),
-    ]
-    test_pipeline = [
-        dict(type='LoadImageFromFile'),
-        dict(type='Resize', scale=(512, 128), keep_ratio=True),
-        dict(type='LoadAnnotations', reduce_zero_label=True),
-        dict(type='PackSegInputs'),
-    ]
+    # the toy pipelines of the demo config, without its photometric distortion
+    demo = Config.fromfile(DEMO)
+    train_pipeline = [t for t in demo.train_pipeline if t.type != 'PhotoMetricDistortion']
+    test_pipeline = demo.test_pipeline
     cfg.train_dataloader.update(batch_size=batch, num_workers=0,
                                 persistent_workers=False)
     cfg.train_dataloader.dataset.pipeline = train_pipeline
@@ -96,13 +86,11 @@ def run(arm, seed, iters, data_root, out, batch):
         start = time.perf_counter()
         runner = Runner.from_cfg(cfg)
         runner.train()  # validates at the end
-        hub = runner.message_hub
-        metrics = {k[len('val/'):]: v.current() for k, v in hub.log_scalars.items()
-                   if k.startswith('val/')}
+        metrics = {k: runner.message_hub.get_scalar(f'val/{k}').current()
+                   for k in ('mIoU', 'mAcc', 'aAcc')}
     finally:
         ELFATTAttention.positional = positional
-    return dict(arm=arm, seed=seed, iters=iters, mIoU=metrics['mIoU'],
-                mAcc=metrics['mAcc'], aAcc=metrics['aAcc'],
+    return dict(arm=arm, seed=seed, iters=iters, **metrics,
                 train_s=round(time.perf_counter() - start))
 
 
@@ -123,8 +111,7 @@ def main():
     rows = []
     for seed in args.seeds:
         for arm in args.arms:
-            rows.append(run(arm, seed, args.iters, data_root, args.out, args.batch))
-            r = rows[-1]
+            rows.append(r := run(arm, seed, args.iters, data_root, args.out, args.batch))
             print(f"{arm:14s} seed {seed}: mIoU {r['mIoU']:.2f} mAcc {r['mAcc']:.2f} "
                   f"aAcc {r['aAcc']:.2f} ({r['train_s']} s)", flush=True)
     print('\n| arm | mIoU per seed | mean mIoU | mean mAcc |\n|---|---|---|---|')

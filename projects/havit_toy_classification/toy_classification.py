@@ -32,8 +32,7 @@ def make_set(n, noise=0.25, generator=None):
     """Images (n, 3, 24, 24) and labels (n, ): red markers, capped at 4."""
     cells = torch.rand(n, GRID * GRID, generator=generator).argsort(1)[:, :MARKERS]
     kinds = torch.randint(0, len(PALETTE), (n, MARKERS), generator=generator)
-    colour = 0.3 * torch.rand(n, 1, 3, generator=generator).expand(
-        n, GRID * GRID, 3).clone()
+    colour = 0.3 * torch.rand(n, 1, 3, generator=generator).expand(n, GRID * GRID, 3).clone()
     colour[torch.arange(n)[:, None], cells] = PALETTE[kinds]
     colour += noise * torch.randn(colour.shape, generator=generator)
     labels = (kinds == 0).sum(1).clamp(max=CLASSES - 1)
@@ -63,8 +62,7 @@ def run(alpha, init, seed, train, test, epochs, batch):
     model = ToyClassifier(history)
     steps = epochs * (len(train[1]) // batch)
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.05)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, 2e-3, total_steps=steps,
-                                                pct_start=0.1)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, 2e-3, total_steps=steps, pct_start=0.1)
     start, cpu = time.perf_counter(), time.process_time()
     for _ in range(epochs):
         order = torch.randperm(len(train[1]))
@@ -84,8 +82,7 @@ def run(alpha, init, seed, train, test, epochs, batch):
                 steps=steps, train_loss=sum(losses) / len(losses),
                 test_loss=F.cross_entropy(logits, test[1]).item(),
                 test_acc=(logits.argmax(1) == test[1]).float().mean().item(),
-                wall_s=time.perf_counter() - start,
-                cpu_s=time.process_time() - cpu)
+                wall_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu)
 
 
 def main():
@@ -104,9 +101,7 @@ def main():
     rows = []
     for alpha in args.alphas:
         for seed in args.seeds:
-            rows.append(run(alpha, args.init, seed, train, test, args.epochs,
-                            args.batch))
-            r = rows[-1]
+            rows.append(r := run(alpha, args.init, seed, train, test, args.epochs, args.batch))
             print(f"alpha {alpha:.2f} seed {seed}: test acc {r['test_acc']:.3f} "
                   f"test loss {r['test_loss']:.3f} last-epoch train loss "
                   f"{r['train_loss']:.3f} ({r['wall_s']:.0f} s wall, "
@@ -115,17 +110,13 @@ def main():
     print(f'\n{args.train_size} training / {args.test_size} test images, '
           f'{args.epochs} epochs, H_0 {args.init}; always predicting the most '
           f'frequent class scores {majority:.3f}\n')
-    print('| alpha | seed | test acc | test loss | train loss (last epoch) |')
-    print('|---|---|---|---|---|')
+    print('| alpha | seed | test acc | test loss | train loss (last epoch) |\n|---|---|---|---|---|')
+    keys = ('test_acc', 'test_loss', 'train_loss')
     for alpha in args.alphas:
         sel = [r for r in rows if r['alpha'] == alpha]
-        for r in sel:
-            print(f"| {alpha:.2f} | {r['seed']} | {r['test_acc']:.3f} | "
-                  f"{r['test_loss']:.3f} | {r['train_loss']:.3f} |")
-        mean = {k: sum(r[k] for r in sel) / len(sel)
-                for k in ('test_acc', 'test_loss', 'train_loss')}
-        print(f"| {alpha:.2f} | mean | {mean['test_acc']:.3f} | "
-              f"{mean['test_loss']:.3f} | {mean['train_loss']:.3f} |")
+        for seed, r in [(r['seed'], r) for r in sel] + [
+                ('mean', {k: sum(r[k] for r in sel) / len(sel) for k in keys})]:
+            print(f'| {alpha:.2f} | {seed} | ' + ' | '.join(f'{r[k]:.3f}' for k in keys) + ' |')
     write_csv(rows, os.path.join(args.out, 'results.csv'))
     print(f'wrote {args.out}/results.csv')
 

@@ -39,8 +39,7 @@ def alignment(q, num_iters=200):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--tokens', type=int, nargs='+', default=[49, 196, 784])
-    parser.add_argument('--shifts', type=float, nargs='+',
-                        default=[0., 0.1, 0.25, 0.5, 1.0])
+    parser.add_argument('--shifts', type=float, nargs='+', default=[0., 0.1, 0.25, 0.5, 1.0])
     parser.add_argument('--head-dim', type=int, default=16)
     parser.add_argument('--samples', type=int, default=64,
                         help='(batch x head) samples per setting')
@@ -49,17 +48,14 @@ def main():
     torch.manual_seed(0)
     d = args.head_dim
     rows = []
-    print('| tokens | shift | cosine mean | cosine min | Spearman mean |')
-    print('|---|---|---|---|---|')
+    print('| tokens | shift | cosine mean | cosine min | Spearman mean |\n|---|---|---|---|---|')
     for n in args.tokens:
         for shift in args.shifts:
             mu = torch.randn(args.samples, 1, d)
             mu = mu / mu.norm(dim=-1, keepdim=True) * shift * d**0.5
             cos, rho = alignment(mu + torch.randn(args.samples, n, d))
-            rows.append(dict(tokens=n, shift=shift, cos_mean=cos.mean().item(),
-                             cos_min=cos.min().item(),
-                             spearman_mean=rho.mean().item()))
-            r = rows[-1]
+            rows.append(r := dict(tokens=n, shift=shift, cos_mean=cos.mean().item(),
+                                  cos_min=cos.min().item(), spearman_mean=rho.mean().item()))
             print(f"| {n} | {shift} | {r['cos_mean']:.4f} | {r['cos_min']:.4f} | "
                   f"{r['spearman_mean']:.4f} |", flush=True)
     write_csv(rows, os.path.join(args.out, 'alignment.csv'))

@@ -41,8 +41,7 @@ def make_batch(n, size=32, patch=4, noise=1.0, generator=None):
             h, w = torch.randint(2, 5, (2, ), generator=generator).tolist()
             y = int(torch.randint(0, grid - h + 1, (1, ), generator=generator))
             x = int(torch.randint(0, grid - w + 1, (1, ), generator=generator))
-            labels[i, y:y + h, x:x + w] = int(
-                torch.randint(1, CLASSES, (1, ), generator=generator))
+            labels[i, y:y + h, x:x + w] = int(torch.randint(1, CLASSES, (1, ), generator=generator))
     colour = COLOURS[labels].permute(0, 3, 1, 2)  # (n, 3, grid, grid)
     colour = colour + noise * torch.randn(colour.shape, generator=generator)
     images = colour.repeat_interleave(patch, 2).repeat_interleave(patch, 3)
@@ -66,12 +65,8 @@ class ToySegmenter(nn.Module):
 
 
 def miou(pred, labels):
-    ious = []
-    for c in range(CLASSES):
-        inter = ((pred == c) & (labels == c)).sum().item()
-        union = ((pred == c) | (labels == c)).sum().item()
-        if union:
-            ious.append(inter / union)
+    ious = [((pred == c) & (labels == c)).sum().item() / union for c in range(CLASSES)
+            if (union := ((pred == c) | (labels == c)).sum().item())]
     return sum(ious) / len(ious)
 
 
@@ -107,17 +102,14 @@ def main():
     rows = []
     for name in args.variants:
         for seed in args.seeds:
-            rows.append(run(name, VARIANTS[name], seed, args.steps, args.batch,
-                            test))
-            r = rows[-1]
+            rows.append(r := run(name, VARIANTS[name], seed, args.steps, args.batch, test))
             print(f"{name:12s} seed {seed}: acc {r['acc']:.3f} mIoU {r['miou']:.3f} "
                   f"({r['train_s']:.0f}s)", flush=True)
     print('\n| variant | token acc | mIoU | seeds |\n|---|---|---|---|')
     for name in args.variants:
         sel = [r for r in rows if r['variant'] == name]
-        acc = sum(r['acc'] for r in sel) / len(sel)
-        mi = sum(r['miou'] for r in sel) / len(sel)
-        print(f'| {name} | {acc:.3f} | {mi:.3f} | {len(sel)} |')
+        print(f'| {name} | ' + ' | '.join(f'{sum(r[k] for r in sel) / len(sel):.3f}'
+                                          for k in ('acc', 'miou')) + f' | {len(sel)} |')
     write_csv(rows, os.path.join(args.out, 'results.csv'))
     print(f'wrote {args.out}/results.csv')
 

@@ -210,8 +210,13 @@ def main(argv=None):
     args = parse_args(argv)
     shape = args.shape
     if args.paper_tables is not None or args.arch_tables is not None:
-        MMLogger.get_current_instance().setLevel(logging.ERROR)  # stdout: the table
-        return (run_paper_tables if args.arch_tables is None else run_arch_tables)(args)
+        logger = MMLogger.get_current_instance()
+        level = logger.level
+        logger.setLevel(logging.ERROR)  # stdout: the table
+        try:
+            return (run_paper_tables if args.arch_tables is None else run_arch_tables)(args)
+        finally:  # the logger outlives main() when called in-process (tests)
+            logger.setLevel(level)
     if args.arch is not None:
         for arch in args.arch[1:]:
             model = build_backbone(args.arch[0], arch, args.cfg_options)

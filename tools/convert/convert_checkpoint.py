@@ -1,19 +1,15 @@
 """Convert a public ImageNet checkpoint into an mmhybrid one (any known layout).
 
-``init_cfg=dict(type='Pretrained', checkpoint=...)`` reads these files as they
-are; this tool is for users who want a converted file (an mmpretrain
-``ImageClassifier`` checkpoint: ``backbone.*`` in our layout, the linear
-classifier as ``head.fc.*``). The layout is detected from the keys (see
-docs/weights.md); the model, from a config's ``model.backbone`` or a backbone
-type with its arguments, decides what the weights become:
+``init_cfg=dict(type='Pretrained', checkpoint=...)`` reads those files as they are;
+this writes an mmpretrain ``ImageClassifier`` checkpoint (``backbone.*`` in our
+layout, a linear classifier as ``head.fc.*``) for the backbone of a config or a
+backbone type with arguments, after printing the load report (refused if it
+fills less than half of the model). Layouts: docs/weights.md.
 
     python tools/convert/convert_checkpoint.py deit_tiny_patch16_224.pth \
         deit-t_havit.pth --model HAViT --options arch=deit-t history=None
     python tools/convert/convert_checkpoint.py swin_tiny_patch4_window7_224.pth \
         swin-t_mmhybrid.pth --model configs/elfatt/upernet_swin-t-local_ade20k.py
-
-It prints the load report of the source file into the model (refusing one that
-fills less than half of it) and the detected format.
 """
 import argparse
 import os.path as osp
@@ -35,9 +31,8 @@ def parse_args():
         'e.g. HAViT, InfViT, SwinELFATT, CSWin')
     parser.add_argument(
         '--options', nargs='+', action=DictAction, default={},
-        help='backbone arguments, e.g. arch=deit-t attn=local (numbers, strings, '
-        'lists; with a config: overrides of model.backbone; an arch dict goes '
-        'in a config)')
+        help='backbone arguments (with a config: overrides of model.backbone), '
+        'e.g. arch=deit-t attn=local')
     return parser.parse_args()
 
 
@@ -56,10 +51,10 @@ def build_backbone(model, options):
 def main():
     args = parse_args()
     backbone = build_backbone(args.model, args.options)
-    try:  # what init_cfg would load from the file as it is, refused if little
+    try:  # what init_cfg would load
         load_pretrained(backbone, args.src, pos_embed_keys=backbone.pos_embed_keys,
                         num_extra_tokens=backbone.num_extra_tokens)
-    except ValueError as err:  # with the fix in the message
+    except ValueError as err:
         raise SystemExit(f'{args.src}: {err}')
     state_dict, fmt = convert_checkpoint_file(args.src, args.dst, backbone)
     layout = f'{fmt.name} format ({fmt.source})' if fmt else 'mmhybrid layout'

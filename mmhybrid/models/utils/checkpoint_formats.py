@@ -227,13 +227,8 @@ def detect_format(state_dict):
 
 
 def convert_state_dict(state_dict, model):
-    """``state_dict`` in any registered layout -> ``model``'s names.
-
-    Returns:
-        tuple: ``(state_dict, format, skipped, notes)``: the converted state
-        dict, the :class:`Format` (None: already ours), the source keys left
-        out as no backbone weights and notes for the load report.
-    """
+    """``state_dict`` in any registered layout -> ``model``'s names: ``(state_dict,
+    format (None: ours), skipped non-backbone keys, notes for the load report)``."""
     fmt = detect_format(state_dict)
     skipped, notes = [], []
     if fmt is not None:
@@ -286,9 +281,7 @@ def _fit_vit(state_dict, model, notes):
         if not hasattr(attn, 'tie_qk'):
             continue
         qkv, k, q = f'layers.{i}.attn.qkv.', f'layers.{i}.attn.k.', f'layers.{i}.attn.q.'
-        if any(key.startswith(qkv) for key in state_dict):
-            # a softmax ViT's fused projection -> InfSA's q, k, v (an
-            # initialisation: InfSA is another function)
+        if any(key.startswith(qkv) for key in state_dict):  # softmax ViT -> InfSA
             state_dict = dict(state_dict)
             for key in [key for key in state_dict if key.startswith(qkv)]:
                 for name, part in zip('qkv', state_dict.pop(key).chunk(3)):
@@ -326,16 +319,9 @@ def _is_square(n):
 
 def convert_checkpoint_file(src, dst, model):
     """Write ``src`` (any registered layout) as an mmpretrain-classifier checkpoint
-    for ``model``: ``backbone.*`` in our layout, plus the classifier as
-    ``head.fc.*`` where the source has a linear ``head`` (an mmpretrain
-    checkpoint's own non-backbone keys are kept as they are). The file loads
-    into an ``ImageClassifier`` and, through ``init_cfg=dict(type='Pretrained',
-    checkpoint=dst)``, into the backbone alone.
-
-    Returns:
-        tuple: ``(state_dict, format)`` as written and the detected
-        :class:`Format` (None: already ours).
-    """
+    for ``model`` (``backbone.*`` in our layout, a linear ``head`` as ``head.fc.*``,
+    an mmpretrain checkpoint's other keys as they are); returns ``(state_dict,
+    format)`` as written and detected."""
     from mmengine.runner.checkpoint import CheckpointLoader
 
     from .pretrained import extract_state_dict
@@ -350,8 +336,7 @@ def convert_checkpoint_file(src, dst, model):
         others = {'head.fc.' + re.sub(r'^head\.(fc\.)?', '', k): v
                   for k, v in state_dict.items() if k.startswith('head.')}
     converted, fmt, _, _ = convert_state_dict(state_dict, model)
-    out = {f'backbone.{k}': v for k, v in converted.items()}
-    out.update(others)
+    out = {**{f'backbone.{k}': v for k, v in converted.items()}, **others}
     meta = dict(converted_from=str(src), format=fmt.name if fmt else 'mmhybrid',
                 model=type(model).__name__)
     torch.save({'state_dict': out, 'meta': meta}, str(dst))
