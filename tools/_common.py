@@ -26,9 +26,7 @@ class ConfigError(ValueError):
 
 def _replace(value, old, new):
     if isinstance(value, str):
-        if value == old or value.startswith(old + '/'):
-            return new + value[len(old):]
-        return value
+        return new + value[len(old):] if value == old or value.startswith(old + '/') else value
     if isinstance(value, dict):
         return type(value)({k: _replace(v, old, new) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
@@ -39,9 +37,8 @@ def _replace(value, old, new):
 def parse_with_launcher(parser):
     """Add mmengine's ``--launcher`` / ``--local-rank`` to ``parser`` and parse;
     ``LOCAL_RANK`` is set as the upstream tools set it."""
-    parser.add_argument(
-        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none', help='job launcher')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args()
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
@@ -61,17 +58,6 @@ def set_data_root(cfg, root, old_root=None):
     return cfg
 
 
-def merge_cfg_options(cfg, options):
-    """``cfg.merge_from_dict(options)``; a ``data_root`` option moves all data."""
-    if not options:
-        return cfg
-    old = cfg.get('data_root')
-    cfg.merge_from_dict(options)
-    if 'data_root' in options and old is not None:
-        set_data_root(cfg, options['data_root'], old_root=old)
-    return cfg
-
-
 def load_config(path, options=None, work_dir=None, launcher='none'):
     """Read ``path`` with ``--cfg-options``, the work dir picked like upstream's
     tools, the modules of its default scope registered."""
@@ -79,12 +65,14 @@ def load_config(path, options=None, work_dir=None, launcher='none'):
     check_config_path(path)
     cfg = Config.fromfile(path)
     cfg.launcher = launcher
-    merge_cfg_options(cfg, options)
+    old = cfg.get('data_root')
+    cfg.merge_from_dict(options or {})
+    if 'data_root' in (options or {}) and old is not None:  # moves all data
+        set_data_root(cfg, options['data_root'], old_root=old)
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(path))[0])
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
     register_scope(cfg.get('default_scope'))
     return cfg
 

@@ -4,10 +4,8 @@
 the spirit of ``tomesd``. Needs ``diffusers`` only through the objects passed in
 (``pip install mmhybrid[sd]``); importing this package does not import it.
 """
-from .elfatt_sd import elfatt_sd_attention
-from .patch import apply_patch, remove_patch
-from .processor import ToMeElfattProcessor
-from .step_tracker import StepTracker
+from .patch import StepTracker, apply_patch, remove_patch
+from .processor import ToMeElfattProcessor, elfatt_sd_attention
 
 __all__ = [
     'apply_patch', 'remove_patch', 'elfatt_sd_attention', 'ToMeElfattProcessor',
