@@ -9,11 +9,9 @@ import argparse
 import os.path as osp
 
 import mmhybrid  # noqa: F401
-from mmhybrid.utils.toy_data import (make_toy_ade20k, make_toy_coco,
-                                     make_toy_imagenet)
+from mmhybrid.utils.toy_data import make_toy_ade20k, make_toy_coco, make_toy_imagenet
 
-MAKERS = {'ade': make_toy_ade20k, 'coco': make_toy_coco,
-          'imagenet': make_toy_imagenet}
+MAKERS = {'ade': make_toy_ade20k, 'coco': make_toy_coco, 'imagenet': make_toy_imagenet}
 
 
 def main():
@@ -23,8 +21,7 @@ def main():
                         default=sorted(MAKERS))
     args = parser.parse_args()
     for name in args.which:
-        root = MAKERS[name](osp.join(args.out, name))
-        print(f'{name}: {root}')
+        print(f'{name}: {MAKERS[name](osp.join(args.out, name))}')
 
 
 if __name__ == '__main__':

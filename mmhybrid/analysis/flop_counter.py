@@ -61,14 +61,9 @@ def _attention(q, k, v, *_):
     return math.prod(batch) * L * k.shape[-2] * (E + v.shape[-1])
 
 
-def _norm(x, affine):
-    return x.numel() * (5 if affine else 4)
-
-
-def _batch_norm(x, weight, training):
-    if training:
-        return _norm(x, weight is not None)
-    return x.numel() * (2 if weight is not None else 1)
+def _norm(x, weight, training=True):
+    return x.numel() * ((5 if weight is not None else 4) if training else
+                        (2 if weight is not None else 1))
 
 
 # aten op -> (kind, count(*args, out=output)); fvcore's factors where it has them
@@ -83,17 +78,13 @@ ATEN_RULES = {
     aten.baddbmm: ('matmul', lambda bias, a, b, *_, out: _bmm(a, b)),
     aten.convolution: ('conv', _conv),
     aten._convolution: ('conv', _conv),
-    aten.native_layer_norm: (
-        'norm', lambda x, shape, weight, *_, out: _norm(x, weight is not None)),
-    aten.native_group_norm: (
-        'norm', lambda x, weight, *_, out: _norm(x, weight is not None)),
+    aten.native_layer_norm: ('norm', lambda x, shape, weight, *_, out: _norm(x, weight)),
+    aten.native_group_norm: ('norm', lambda x, weight, *_, out: _norm(x, weight)),
     aten._native_batch_norm_legit_no_training: (
-        'norm', lambda x, weight, *_, out: _batch_norm(x, weight, False)),
-    aten._native_batch_norm_legit: (
-        'norm', lambda x, weight, *_, out: _batch_norm(x, weight, True)),
+        'norm', lambda x, weight, *_, out: _norm(x, weight, False)),
+    aten._native_batch_norm_legit: ('norm', lambda x, weight, *_, out: _norm(x, weight)),
     aten.native_batch_norm: (
-        'norm', lambda x, weight, b, rm, rv, training, *_, out: _batch_norm(
-            x, weight, training)),
+        'norm', lambda x, weight, b, rm, rv, training, *_, out: _norm(x, weight, training)),
     aten.upsample_nearest2d: ('resample', lambda *a, out: out.numel()),
     aten._upsample_nearest_exact2d: ('resample', lambda *a, out: out.numel()),
     aten.upsample_bilinear2d: ('resample', lambda *a, out: 4 * out.numel()),

@@ -25,16 +25,11 @@ class StepTracker:
     (tests/diffusion/test_sd_patch.py); Karras sigmas follow the noise level.
     """
 
-    def __init__(self, elfatt_steps, get_scheduler, seed=0,
-                 num_train_timesteps=1000):
-        self.elfatt_steps = elfatt_steps
-        self.get_scheduler = get_scheduler
-        self.seed = seed
+    def __init__(self, elfatt_steps, get_scheduler, seed=0, num_train_timesteps=1000):
+        self.elfatt_steps, self.get_scheduler, self.seed = elfatt_steps, get_scheduler, seed
         self.min_elfatt_timestep = (1 - elfatt_steps) * num_train_timesteps
         self.generator = torch.Generator()
-        self.latent_hw = None
-        self.step_index = None
-        self.num_steps = None
+        self.latent_hw = self.step_index = None
         self.elfatt_active = False
 
     def __call__(self, module, args, kwargs):
@@ -43,22 +38,16 @@ class StepTracker:
         t = float(torch.as_tensor(timestep).flatten()[0])
         self.latent_hw = tuple(sample.shape[-2:])
         self.generator.manual_seed(self.seed + round(t * 1000))
-        if self.elfatt_steps <= 0:
-            self.elfatt_active = False
-            return None
-        if self.get_scheduler is None:
-            self.elfatt_active = t >= self.min_elfatt_timestep
-            return None
+        if self.elfatt_steps <= 0 or self.get_scheduler is None:
+            self.elfatt_active = self.elfatt_steps > 0 and t >= self.min_elfatt_timestep
+            return
         timesteps = self.get_scheduler().timesteps
         if timesteps is None:
             raise RuntimeError('scheduler.timesteps is not set: call '
                                'scheduler.set_timesteps() before the UNet')
         distance = (torch.as_tensor(timesteps).detach().to('cpu', torch.float64) - t).abs()
         self.step_index = int(distance.argmin())
-        self.num_steps = len(timesteps)
-        num_elfatt = math.floor(self.elfatt_steps * self.num_steps + 0.5)
-        self.elfatt_active = self.step_index < num_elfatt
-        return None
+        self.elfatt_active = self.step_index < math.floor(self.elfatt_steps * len(timesteps) + 0.5)
 
 
 def _unet(pipe_or_unet):
@@ -126,15 +115,11 @@ def apply_patch(pipe_or_unet, ratio=0.5, elfatt_steps=0.2, block_size=128,
     unet = _unet(pipe_or_unet)
     tracker = StepTracker(elfatt_steps, get_scheduler, seed, num_train_timesteps)
     originals = unet.attn_processors
-    patched = {}
-    for name, processor in originals.items():
-        attn = unet.get_submodule(name[:-len('.processor')])
-        if _is_patchable(name, attn):
-            processor = ToMeElfattProcessor(processor, tracker, ratio, mode, block_size,
-                                            agent_tokens, max_downsample, tuple(stride),
-                                            use_rand, k_scale2, k_shortcut)
-        patched[name] = processor
-    unet.set_attn_processor(patched)
+    unet.set_attn_processor({
+        name: ToMeElfattProcessor(processor, tracker, ratio, mode, block_size, agent_tokens,
+                                  max_downsample, tuple(stride), use_rand, k_scale2, k_shortcut)
+        if _is_patchable(name, unet.get_submodule(name[:-len('.processor')])) else processor
+        for name, processor in originals.items()})
     hook = unet.register_forward_pre_hook(tracker, with_kwargs=True)
     setattr(unet, _PATCH_ATTR, (originals, hook))
     return pipe_or_unet
@@ -148,11 +133,9 @@ def remove_patch(pipe_or_unet):
     if patch is None:
         return pipe_or_unet
     originals, hook = patch
-    current = unet.attn_processors
     unet.set_attn_processor({
         name: originals[name] if isinstance(processor, ToMeElfattProcessor) else processor
-        for name, processor in current.items()
-    })
+        for name, processor in unet.attn_processors.items()})
     hook.remove()
     delattr(unet, _PATCH_ATTR)
     return pipe_or_unet

@@ -34,8 +34,7 @@ def elfatt_sd_attention(q, k, v, agents, block_size, global_heads, scale=None,
     Returns:
         (B, heads, N, d).
     """
-    g = global_heads
-    parts = []
+    g, parts = global_heads, []
     if g > 0:
         parts.append(agent_attention(q[:, :g], k[:, :g], v[:, :g], agents, scale=scale,
                                      broadcast_scale=broadcast_scale, shortcut=shortcut))

@@ -4,22 +4,14 @@
 
 No GPU is needed: every launch of an op (forward + backward) at SoLA / ELFATT /
 InfViT stage shapes is recorded from its wrapper and compiled for sm_80 and sm_90
-(:mod:`mmhybrid.ops.compile_check`). Per kernel, two **estimated** times:
-
-* bandwidth-bound: bytes of the distinct tensors among the arguments the
-  compiled code reads (PTX ``ld.param``), each read or written once (a re-read of
-  a tile a program already touched is assumed to hit L1/L2), over HBM bandwidth
-  (A100 2.0 TB/s, H100 3.35 TB/s);
-* issue-bound: warp instructions = static SASS instructions per tile (from
-  ``cuobjdump -sass``) x tiles (programs x loop trips) x warps per program, over
-  SMs x 4 schedulers x clock (A100 108 x 1.41 GHz, H100 132 x 1.755 GHz). Static
-  counts include code a warp skips, so this leans high.
-
-The op's estimate is the sum over its kernels of the larger of the two; beside it,
-the single-pass minimum (read the op's inputs, write its outputs, once) and a bf16
-C x C linear layer on the same tokens (forward + backward: 3 GEMMs, at the larger
-of dense bf16 tensor-core peak, 312 / 989 TFLOP/s, and its own traffic). Nothing
-here is measured; every figure is labelled "estimated".
+(:mod:`mmhybrid.ops.compile_check`). Per kernel, the larger of two **estimated**
+times: bandwidth-bound, the bytes of the distinct tensors the compiled code reads
+(PTX ``ld.param``), each read or written once, over HBM bandwidth; issue-bound,
+static SASS instructions per tile (``cuobjdump -sass``; includes code a warp
+skips, so it leans high) x tiles x warps, over SMs x 4 schedulers x clock.
+Beside the op's sum: the single-pass minimum (inputs read, outputs written once)
+and a bf16 C x C linear layer on the same tokens (3 GEMMs at the larger of
+tensor-core peak and its own traffic). Nothing here is measured.
 """
 import argparse
 import math
@@ -31,10 +23,8 @@ import torch
 from mmhybrid.ops import compile_check
 from mmhybrid.utils.results import write_csv
 
-GPUS = {  # HBM bytes/s, SMs, clock Hz, dense bf16 tensor FLOP/s
-    'A100': (2.0e12, 108, 1.41e9, 312e12),
-    'H100': (3.35e12, 132, 1.755e9, 989e12),
-}
+GPUS = {'A100': (2.0e12, 108, 1.41e9, 312e12),  # HBM B/s, SMs, clock, bf16 FLOP/s
+        'H100': (3.35e12, 132, 1.755e9, 989e12)}
 # (op, dtype, shape, label): SoLA-B stages at 1024^2 and 2048^2 (WKV, (B, T, C)),
 # Swin-ELFATT-T stages at 1024^2 (EFFATT, (B, heads, N, 32)), InfViT-linear-b at
 # 1024^2 (Linear InfSA, (B, 48, 4096, 16))
