@@ -58,17 +58,10 @@ class ToMeElfattProcessor:
 
     def __init__(self, original, tracker, ratio, mode, block_size, agent_tokens,
                  max_downsample, stride, use_rand, k_scale2=1., k_shortcut=0.):
-        self.original = original
-        self.tracker = tracker
-        self.ratio = ratio
-        self.mode = mode
-        self.block_size = block_size
-        self.agent_tokens = agent_tokens
-        self.max_downsample = max_downsample
-        self.stride = stride
-        self.use_rand = use_rand
-        self.k_scale2 = k_scale2
-        self.k_shortcut = k_shortcut
+        self.original, self.tracker, self.ratio, self.mode = original, tracker, ratio, mode
+        self.block_size, self.agent_tokens = block_size, agent_tokens
+        self.max_downsample, self.stride, self.use_rand = max_downsample, stride, use_rand
+        self.k_scale2, self.k_shortcut = k_scale2, k_shortcut
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None,
                  attention_mask=None, temb=None, *args, **kwargs):

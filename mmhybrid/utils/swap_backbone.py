@@ -13,26 +13,21 @@ HEAD_KEYS = ('decode_head', 'auxiliary_head', 'head')
 
 
 def _as_list(value):
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def probe_backbone(backbone, scope=None, size=224):
     """Build ``backbone`` and run one zero image: its ``out_indices`` (if it has
     them) and the channels and stride of every output."""
-    cfg = copy.deepcopy(dict(backbone))
-    cfg.pop('pretrained', None)
-    cfg.pop('init_cfg', None)
+    cfg = {k: v for k, v in copy.deepcopy(dict(backbone)).items()
+           if k not in ('pretrained', 'init_cfg')}
     register_scope(scope)
     with DefaultScope.overwrite_default_scope(scope):
         module = MODELS.build(cfg)
-    module.eval()
     with torch.no_grad():
-        outs = module(torch.zeros(1, cfg.get('in_channels', 3), size, size))
-    channels = [o.shape[1] for o in outs]
-    strides = [size // o.shape[-1] for o in outs]
-    return getattr(module, 'out_indices', None), channels, strides
+        outs = module.eval()(torch.zeros(1, cfg.get('in_channels', 3), size, size))
+    return (getattr(module, 'out_indices', None), [o.shape[1] for o in outs],
+            [size // o.shape[-1] for o in outs])
 
 
 def _plain_pyramid(fpn, used, in_channels, stride):
@@ -128,14 +123,11 @@ def _neck_inputs(neck, num):
 
 
 def _renumber_neck(neck, channels):
-    if isinstance(neck['in_channels'], (list, tuple)):
-        neck['in_channels'] = channels
-        if 'start_level' in neck:
-            neck['start_level'] = 0
-        if 'end_level' in neck:
-            neck['end_level'] = -1
-    else:
+    if not isinstance(neck['in_channels'], (list, tuple)):
         neck['in_channels'] = channels[-1]
+        return
+    neck['in_channels'] = channels
+    neck.update({k: v for k, v in (('start_level', 0), ('end_level', -1)) if k in neck})
 
 
 def _head_inputs(head, num):
