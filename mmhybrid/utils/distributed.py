@@ -1,14 +1,10 @@
 """Multi-process training on machines without CUDA (torchrun + gloo).
 
-mmengine 0.10.7 assumes GPUs once a launcher is given: ``init_dist`` calls
-``torch.cuda.set_device``, the Runner wraps the model in DDP with
-``device_ids=[LOCAL_RANK]``, FSDPStrategy passes ``device_id=LOCAL_RANK``, and
-OpenMMLab configs ask for NCCL and SyncBN. :func:`setup_cpu_distributed` (called
-by ``build_runner`` of tools/_common.py) changes nothing where CUDA is available;
-without it, for ``--launcher pytorch``, it starts a gloo process group from
-torchrun's environment, picks the CPU wrappers below (DDP for the Runner, FSDP
-for FlexibleRunner's ``FSDPStrategy``) and averages BN statistics over the
-processes after every iteration.
+mmengine 0.10.7 assumes GPUs once a launcher is given (``init_dist`` sets a CUDA
+device, DDP and FSDP get ``LOCAL_RANK`` as device, configs ask for NCCL and
+SyncBN). Without CUDA, :func:`setup_cpu_distributed` (``build_runner`` of
+tools/_common.py) starts a gloo group from torchrun's environment, picks the CPU
+wrappers below and averages BN statistics after every iteration.
 """
 import torch
 import torch.distributed as dist

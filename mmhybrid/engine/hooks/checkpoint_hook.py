@@ -1,15 +1,11 @@
-"""mmengine's ``CheckpointHook`` with checkpoints that are whole or absent and that
-load weights-only (torch >= 2.6's default) anywhere.
+"""mmengine's ``CheckpointHook`` with checkpoints that are whole or absent and load
+weights-only anywhere (:mod:`mmhybrid.utils.checkpoint`); our config bases name it.
 
 mmengine 0.10 writes a checkpoint in place and, with ``max_keep_ckpts``, removes
 the oldest one *before* writing the new: a process killed while saving leaves a
-truncated file and, with ``max_keep_ckpts=1``, no intact one. Its checkpoints
-also hold ``HistoryBuffer`` objects and numpy values, which
-``torch.load(weights_only=True)`` refuses. Named in our config bases
-(``default_hooks.checkpoint.type='mmhybrid.AtomicCheckpointHook'``), this hook
-writes through :class:`AtomicLocalBackend` (temporary file, fsync, rename),
-removes outdated checkpoints only after the new one and ``last_checkpoint`` are
-written, and stores :func:`~mmhybrid.utils.checkpoint.to_weights_only` contents.
+truncated file and, with ``max_keep_ckpts=1``, no intact one. This hook writes
+through :class:`AtomicLocalBackend` and removes outdated checkpoints only after
+the new one and ``last_checkpoint`` are written.
 """
 import contextlib
 import functools
