@@ -94,12 +94,9 @@ def train_detection(args, data_root, backbone):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--out', default='work_dirs/demo')
-    parser.add_argument('--data', default='data/toy',
-                        help='toy datasets (written if missing)')
-    parser.add_argument('--seg-iters', type=int,
-                        help='segmentation iterations, >= 2 (config: 120)')
-    parser.add_argument('--det-epochs', type=int,
-                        help='detection epochs (config: 3)')
+    parser.add_argument('--data', default='data/toy', help='toy datasets (written if missing)')
+    parser.add_argument('--seg-iters', type=int, help='segmentation iterations, >= 2 (config: 120)')
+    parser.add_argument('--det-epochs', type=int, help='detection epochs (config: 3)')
     parser.add_argument('--threads', type=int, default=1,
                         help='torch CPU threads (default 1, see above)')
     parser.add_argument('--only-first', action='store_true',

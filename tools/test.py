@@ -23,28 +23,22 @@ def parse_args():
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file (trusted)')
     parser.add_argument('--work-dir', help='where metrics and logs go')
-    parser.add_argument(
-        '--out', help='mmseg: directory for predicted label PNGs; mmdet / '
-        'mmpretrain: .pkl file for the predictions')
-    parser.add_argument(
-        '--show-dir', help='save images painted with the predictions here '
-        '(mmdet: under work_dir/timestamp/)')
-    parser.add_argument(
-        '--tta', action='store_true', help="test-time augmentation (the config's "
-        'tta_pipeline/tta_model, or flip TTA for mmdet/mmpretrain)')
-    parser.add_argument(
-        '--amp', action='store_true', help='test with fp16/bf16 autocast')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override config entries, e.g. data_root=data/ade')
+    parser.add_argument('--out', help='mmseg: directory for predicted label PNGs; '
+                        'mmdet / mmpretrain: .pkl file for the predictions')
+    parser.add_argument('--show-dir', help='save images painted with the predictions '
+                        'here (mmdet: under work_dir/timestamp/)')
+    parser.add_argument('--tta', action='store_true', help="test-time augmentation (the "
+                        "config's tta_pipeline/tta_model, or flip TTA for mmdet/mmpretrain)")
+    parser.add_argument('--amp', action='store_true', help='test with fp16/bf16 autocast')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config entries, e.g. data_root=data/ade')
     return parse_with_launcher(parser)
 
 
 def main():
     args = parse_args()
     try:
-        cfg = load_config(args.config, args.cfg_options, args.work_dir,
-                          args.launcher)
+        cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
         cfg.load_from = args.checkpoint
         cfg.resume = False
         check_data(cfg, ['test_dataloader'])

@@ -24,28 +24,21 @@ def parse_args():
     parser = argparse.ArgumentParser(description='Train a model')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='where logs and checkpoints go')
-    parser.add_argument(
-        '--resume', nargs='?', type=str, const='auto',
-        help='resume from the given checkpoint, or from the latest one in '
-        'the work dir when no path is given')
-    parser.add_argument(
-        '--amp', action='store_true',
-        help='automatic mixed precision (AmpOptimWrapper, dynamic loss scale)')
-    parser.add_argument(
-        '--auto-scale-lr', action='store_true',
-        help='scale the learning rate by the actual total batch size')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override config entries, e.g. data_root=data/ade '
-        'train_dataloader.batch_size=4')
+    parser.add_argument('--resume', nargs='?', const='auto', help='resume from this '
+                        'checkpoint, or (no path) from the latest one in the work dir')
+    parser.add_argument('--amp', action='store_true',
+                        help='automatic mixed precision (AmpOptimWrapper, dynamic loss scale)')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help='scale the learning rate by the actual total batch size')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override '
+                        'config entries, e.g. data_root=data/ade train_dataloader.batch_size=4')
     return parse_with_launcher(parser)
 
 
 def load_checked_config(args):
     """The config, checked before anything is logged, dumped or overwritten."""
     try:
-        cfg = load_config(args.config, args.cfg_options, args.work_dir,
-                          args.launcher)
+        cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
         check_data(cfg, ['train_dataloader', 'val_dataloader'])
         check_checkpoint_paths(cfg, load_from=args.resume is None)
         if args.resume not in (None, 'auto') and not os.path.isfile(args.resume):

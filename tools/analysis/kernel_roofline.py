@@ -91,14 +91,15 @@ def rows_for(op, dtype, shape, label):
             bw_s = tensor_bytes(launch, row['used_args']) / bandwidth
             issue_s = row['sass'] * tiles(launch) * row['num_warps'] / (sms * 4 * clock)
             total += max(bw_s, issue_s)
-            out.append(dict(case, kernel=launch.name, registers=row['registers'], spill_bytes=row['spill_stores'],
-                            shared=row['shared'], sass=row['sass'], tiles=tiles(launch),
+            out.append(dict(case, kernel=launch.name, registers=row['registers'],
+                            spill_bytes=row['spill_stores'], shared=row['shared'],
+                            sass=row['sass'], tiles=tiles(launch),
                             est_bandwidth_us=bw_s * 1e6, est_issue_us=issue_s * 1e6,
                             bound='issue' if issue_s > bw_s else 'bandwidth'))
         single = op_io_bytes(op, dtype, shape) / bandwidth
         linear = linear_layer(tokens, C, gpu)
-        out.append(dict(case, kernel='(op, fwd+bwd)', est_total_us=total * 1e6, est_single_pass_us=single * 1e6,
-                        est_linear_bf16_us=linear * 1e6,
+        out.append(dict(case, kernel='(op, fwd+bwd)', est_total_us=total * 1e6,
+                        est_single_pass_us=single * 1e6, est_linear_bf16_us=linear * 1e6,
                         x_single_pass=total / single, x_linear=total / linear))
     return out
 

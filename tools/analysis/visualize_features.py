@@ -146,10 +146,8 @@ def main(argv=None):
                         help='backbone arguments, e.g. out_indices=0,1,2,3')
     parser.add_argument('--checkpoint', help='backbone or full model checkpoint')
     parser.add_argument('--image', nargs='+', default=[], help='image files')
-    parser.add_argument('--num-images', type=int, default=4,
-                        help='generated images when no --image is given')
-    parser.add_argument('--size', type=int, nargs='+', default=[224],
-                        help='input size H [W]')
+    parser.add_argument('--num-images', type=int, default=4, help='without --image')
+    parser.add_argument('--size', type=int, nargs='+', default=[224], help='input H [W]')
     parser.add_argument('--out', default='work_dirs/visualize_features')
     args = parser.parse_args(argv)
     if (args.config is None) == (args.backbone is None):

@@ -25,14 +25,11 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('src', help='checkpoint to convert (.pth)')
     parser.add_argument('dst', help='output checkpoint (.pth)')
-    parser.add_argument(
-        '--model', required=True,
-        help='a config file (its model.backbone is used) or a backbone type, '
-        'e.g. HAViT, InfViT, SwinELFATT, CSWin')
-    parser.add_argument(
-        '--options', nargs='+', action=DictAction, default={},
-        help='backbone arguments (with a config: overrides of model.backbone), '
-        'e.g. arch=deit-t attn=local')
+    parser.add_argument('--model', required=True, help='a config file (its model.backbone '
+                        'is used) or a backbone type, e.g. HAViT, InfViT, SwinELFATT, CSWin')
+    parser.add_argument('--options', nargs='+', action=DictAction, default={},
+                        help='backbone arguments (with a config: overrides of '
+                        'model.backbone), e.g. arch=deit-t attn=local')
     return parser.parse_args()
 
 
