@@ -27,7 +27,7 @@ size: there the per-batch-element loops become single broadcast ops.
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..head_matmul import head_matmul
+from ..heads import head_matmul
 from ..tracing import is_tracing
 
 
