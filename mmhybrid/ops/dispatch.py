@@ -44,7 +44,8 @@ def _parse(spec):
     """``'torch'`` -> ('torch', {}); ``'bi_wkv=torch, effatt=triton'`` -> (None, {...})."""
     items = [part.strip().lower() for part in spec.split(',') if part.strip()]
     per_op = dict(map(str.strip, item.split('=', 1)) for item in items if '=' in item)
-    return next((i for i in reversed(items) if '=' not in i), None), per_op
+    every = next((item for item in reversed(items) if '=' not in item), None)
+    return every, per_op
 
 
 @contextlib.contextmanager
@@ -106,4 +107,5 @@ def fused_module(package, op):
     try:
         return importlib.import_module('.fused', package)
     except ImportError as err:
-        raise RuntimeError(f'{op} triton backend: triton does not import ({err})') from err
+        raise RuntimeError(f'{op} triton backend: triton does not import '
+                           f'({err})') from err

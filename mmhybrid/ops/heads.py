@@ -6,7 +6,8 @@ import torch
 def check_heads(q, k, v):
     """Raise unless q, k are (B, heads, N, d) and v (B, heads, N, dv); ``k=None``
     (the tied form of some ops) is not checked."""
-    if q.dim() != 4 or (k is not None and k.shape != q.shape) or q.shape[:3] != v.shape[:3]:
+    if (q.dim() != 4 or q.shape[:3] != v.shape[:3]
+            or (k is not None and k.shape != q.shape)):
         raise ValueError(f'q, k must be (B, heads, N, d) and v (B, heads, N, dv); got '
                          f'{tuple(q.shape)}, {k if k is None else tuple(k.shape)}, '
                          f'{tuple(v.shape)}')
