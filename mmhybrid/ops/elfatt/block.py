@@ -102,7 +102,6 @@ def map_windows(fn, tensors, hw_shape, window):
                  window)
         return _from_padded_windows(out, hw_shape, window)
     grids = [t.reshape(B, heads, H, W, t.shape[-1]) for t in tensors]
-    region_rows = {}
     for rows, cols, (wh, ww) in window_regions(hw_shape, window):
         nh, nw = (rows.stop - rows.start) // wh, (cols.stop - cols.start) // ww
 
@@ -110,12 +109,11 @@ def map_windows(fn, tensors, hw_shape, window):
             g = g[:, :, rows, cols].reshape(B, heads, nh, wh, nw, ww, -1)
             return g.transpose(3, 4).reshape(B, heads, nh * nw * wh * ww, -1)
 
-        out = fn(*(to_windows(g) for g in grids), (wh, ww))
-        out = out.reshape(B, heads, nh, nw, wh, ww, -1).transpose(3, 4)
-        region_rows.setdefault(rows.start, []).append(
-            out.reshape(B, heads, nh * wh, nw * ww, -1))
-    out = torch.cat([torch.cat(cols, dim=3) for _, cols in sorted(region_rows.items())],
-                    dim=2)
+        part = fn(*(to_windows(g) for g in grids), (wh, ww))
+        part = part.reshape(B, heads, nh, nw, wh, ww, -1).transpose(3, 4)
+        if rows.start == cols.start == 0:
+            out = part.new_empty(B, heads, H, W, part.shape[-1])
+        out[:, :, rows, cols] = part.reshape(B, heads, nh * wh, nw * ww, -1)
     return out.reshape(B, heads, H * W, -1)
 
 

@@ -232,17 +232,8 @@ linear_infsa_forward.register_autograd(_backward, setup_context=_setup_context)
 
 def triton_linear_infsa_context(q, k, v, eps=1e-6, block_n=None,
                                 rows_per_program=None):
-    r"""Pooled value context :math:`h` of Eq. 21: (B, heads, 1, dv), fused passes.
-
-    Args:
-        q, k: (B, heads, N, d); ``k=None`` (or ``k is q``) is the tied form.
-        v: (B, heads, N, dv). All of one dtype (fp16/bf16/fp32/fp64).
-        block_n, rows_per_program: tile rows and rows per program (tests; by
-            default sized to fill the GPU).
-    Returns:
-        The context in the dtype of ``v``, accumulated in float32 (float64 for
-        float64 inputs).
-    """
+    """:func:`mmhybrid.ops.infsa.linear_infsa_context` with the fused passes, on
+    q, k, v of one dtype; ``block_n``, ``rows_per_program`` force the tiling (tests)."""
     require_usable('linear_infsa', q, k, v)
     return linear_infsa_forward(q, None if k is q else k, v, eps, block_n,
                                 rows_per_program)[0]

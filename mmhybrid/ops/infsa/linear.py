@@ -107,14 +107,7 @@ class _LinearInfSA(torch.autograd.Function):
 
 
 def torch_linear_infsa_context(q, k, v, eps=1e-6):
-    r"""Pooled value context :math:`h` of Eq. 21 per (batch, head): (B, heads, 1, dv).
-
-    Args:
-        q, k: (B, heads, N, d); ``k=None`` (or ``k is q``) is the paper's tied form.
-        v: (B, heads, N, dv).
-    Returns:
-        The context in the dtype of ``v``, accumulated in at least float32.
-    """
+    """:func:`mmhybrid.ops.infsa.linear_infsa_context` in PyTorch."""
     k = None if k is q else k
     if (torch.is_grad_enabled() and not torch.jit.is_tracing()
             and any(x is not None and x.requires_grad for x in (q, k, v))):
