@@ -102,7 +102,8 @@ def map_windows(fn, tensors, hw_shape, window):
                  window)
         return _from_padded_windows(out, hw_shape, window)
     grids = [t.reshape(B, heads, H, W, t.shape[-1]) for t in tensors]
-    for rows, cols, (wh, ww) in window_regions(hw_shape, window):
+    regions = window_regions(hw_shape, window)
+    for rows, cols, (wh, ww) in regions:
         nh, nw = (rows.stop - rows.start) // wh, (cols.stop - cols.start) // ww
 
         def to_windows(g):
@@ -110,10 +111,13 @@ def map_windows(fn, tensors, hw_shape, window):
             return g.transpose(3, 4).reshape(B, heads, nh * nw * wh * ww, -1)
 
         part = fn(*(to_windows(g) for g in grids), (wh, ww))
-        part = part.reshape(B, heads, nh, nw, wh, ww, -1).transpose(3, 4)
+        part = part.reshape(B, heads, nh, nw, wh, ww, -1).transpose(3, 4).reshape(
+            B, heads, nh * wh, nw * ww, -1)
+        if len(regions) == 1:
+            return part.reshape(B, heads, H * W, -1)
         if rows.start == cols.start == 0:
             out = part.new_empty(B, heads, H, W, part.shape[-1])
-        out[:, :, rows, cols] = part.reshape(B, heads, nh * wh, nw * ww, -1)
+        out[:, :, rows, cols] = part
     return out.reshape(B, heads, H * W, -1)
 
 
@@ -150,11 +154,8 @@ def block_attention(q, k, v, block_size, scale=None):
 
     ``f`` cuts the token sequence into contiguous blocks of ``block_size`` tokens
     (the last block may be shorter) and ``g`` puts them back in order; every token
-    attends exactly to the tokens of its own block. Full blocks form one batched
-    :func:`~mmhybrid.ops.attention.softmax_attention` call with no mask, and a
-    shorter last block is its own call. That equals padding the last block and
-    masking the padding (the reference :func:`naive_block_attention`), without a
-    mask that would rule out FlashAttention. Cost O(N * block_size * d).
+    attends exactly to the tokens of its own block: :func:`window_block_attention`
+    on the 1 x N grid. Cost O(N * block_size * d).
 
     Args:
         q, k: (B, heads, N, d); v: (B, heads, N, dv).
@@ -163,32 +164,20 @@ def block_attention(q, k, v, block_size, scale=None):
     Returns:
         (B, heads, N, dv).
     """
-    check_heads(q, k, v)
     if block_size < 1:
         raise ValueError(f'block_size must be >= 1, got {block_size}')
-    B, heads, N, d = q.shape
-    if is_tracing():
-        return _traced_window_attention(q, k, v, (1, N), (1, block_size), scale)
-    num_full = N // block_size
-    split = num_full * block_size
-    outs = []
-    if num_full:  # (B, h, split, d) -> (B*h, num_full, block, d): a view
-        out = softmax_attention(*(t[:, :, :split].reshape(
-            B * heads, num_full, block_size, t.shape[-1]) for t in (q, k, v)),
-                                scale=scale)
-        outs.append(out.reshape(B, heads, split, -1))
-    if split < N:
-        outs.append(softmax_attention(
-            q[:, :, split:], k[:, :, split:], v[:, :, split:], scale=scale))
-    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    return window_block_attention(q, k, v, (1, q.shape[-2]), (1, block_size), scale)
 
 
 def window_block_attention(q, k, v, hw_shape, window, scale=None):
     r"""``g(softmax(f(Q) f(K)^T / sqrt(d)) f(V))`` with ``f`` = windows of the grid.
 
     Every token attends exactly to the tokens of its window of the ``hw_shape``
-    grid (shorter windows at the bottom/right edge). Each region of equal windows
-    is one :func:`block_attention` call. Cost O(N * window^2 * d).
+    grid (shorter windows at the bottom/right edge). The windows of a region are
+    one batched :func:`~mmhybrid.ops.attention.softmax_attention` call with no
+    mask. That equals padding the edge windows and masking the padding (the
+    references :func:`naive_window_block_attention`, :func:`naive_block_attention`),
+    without a mask that would rule out FlashAttention. Cost O(N * window^2 * d).
 
     Args:
         q, k: (B, heads, H*W, d) in raster order; v: (B, heads, H*W, dv).
@@ -202,5 +191,11 @@ def window_block_attention(q, k, v, hw_shape, window, scale=None):
     check_heads(q, k, v)
     if is_tracing():
         return _traced_window_attention(q, k, v, hw_shape, _window_tuple(window), scale)
-    return map_windows(lambda q, k, v, size: block_attention(
-        q, k, v, size[0] * size[1], scale=scale), (q, k, v), hw_shape, window)
+
+    def attend(q, k, v, size):  # (B, heads, n * L, d) -> n windows of L tokens
+        (B, heads, N), L = q.shape[:3], size[0] * size[1]
+        out = softmax_attention(*(t.reshape(B * heads, N // L, L, t.shape[-1])
+                                  for t in (q, k, v)), scale=scale)
+        return out.reshape(B, heads, N, -1)
+
+    return map_windows(attend, (q, k, v), hw_shape, window)
