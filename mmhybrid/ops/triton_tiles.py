@@ -5,6 +5,11 @@ streamed in ``BLOCK_N``-row tiles whose columns are padded to powers of two. The
 split of N is chosen so that about 8 programs per SM run whatever B * heads is;
 each program writes one partial reduction that the host combines (O(d) or
 O(d^2) numbers per program). Imported only by the fused modules (it needs Triton).
+
+Each fused forward and backward is a ``torch.library`` custom op with a fake
+kernel and a registered autograd formula, so ``torch.compile`` and
+``torch.export`` see through them. ``TRITON_INTERPRET=1`` set before Triton is
+imported runs the kernels on CPU tensors (tests; see tests/_triton.py).
 """
 import functools
 import os
@@ -13,12 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
-# TRITON_INTERPRET=1 set before Triton is imported runs kernels on CPU tensors
 INTERPRETED = os.environ.get('TRITON_INTERPRET', '0') == '1'
 TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
              torch.float32: tl.float32, torch.float64: tl.float64}
-
-
 MAX_TILE = 8192  # elements of one (BLOCK_N, BLOCK_D) tile
 
 

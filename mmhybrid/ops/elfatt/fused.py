@@ -18,12 +18,9 @@ Every input is read once per pass, every output and gradient written once; only
 ``M``, ``L`` and ``C`` (O(d dv)) are kept for backward. The softmaxes and all
 accumulators are float32 (float64 for float64 inputs); the three products use
 ``tl.dot`` on operands in the input dtype (tensor cores for fp16/bf16; fp32 at
-full ``ieee`` precision, not TF32). ``TRITON_INTERPRET=1`` set before Triton is imported
-runs the kernels on CPU tensors (tests). Tile sizes, warps and stages per dtype and
-head dim: :func:`launch_config`. The forward and backward are ``torch.library``
-custom ops (``mmhybrid::effatt_forward`` / ``effatt_backward``) with fake kernels
-and a registered autograd formula, so ``torch.compile`` and ``torch.export`` see
-through them.
+full ``ieee`` precision, not TF32). Tile sizes, warps and stages per dtype and
+head dim: :func:`launch_config`. Custom ops ``mmhybrid::effatt_forward`` /
+``_backward`` (:mod:`..triton_tiles`).
 """
 from typing import Optional
 

@@ -17,8 +17,7 @@ from ..dispatch import choose_backend, fused_module, triton_or_torch
 from ..heads import check_heads
 from .chunk import chunk_pure_infsa
 from .linear import linear_infsa_weights, torch_linear_infsa_context
-from .naive import naive_linear_infsa, naive_pure_infsa
-from .spectral import eigen_alignment, perron_vector
+from .naive import eigen_alignment, naive_linear_infsa, naive_pure_infsa, perron_vector
 
 PURE_BACKENDS = {'torch': chunk_pure_infsa, 'chunk': chunk_pure_infsa,
                  'naive': naive_pure_infsa}

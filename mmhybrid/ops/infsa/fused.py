@@ -14,12 +14,7 @@ query before any score, so two passes is the floor):
 Every input is read once per pass and every gradient written once; nothing of
 size N x d is stored between forward and backward. Inputs may be any strided
 (B, H, N, d) view (e.g. head views of a (B, N, C) projection): no copies.
-
-``TRITON_INTERPRET=1`` set before Triton is imported runs the kernels in Triton's
-interpreter on CPU tensors (tests; see tests/_triton.py). The forward and backward
-are ``torch.library`` custom ops (``mmhybrid::linear_infsa_forward`` /
-``linear_infsa_backward``) with fake kernels and a registered autograd formula, so
-``torch.compile`` and ``torch.export`` see through them.
+Custom ops ``mmhybrid::linear_infsa_forward`` / ``_backward`` (:mod:`..triton_tiles`).
 """
 from typing import Optional
 
