@@ -46,7 +46,6 @@ SASS_GROUPS = {
     'shuffle': ('SHFL', ),
     'sfu': ('MUFU', ),
     'tensor': ('HMMA', 'HGMMA', 'IMMA', 'DMMA'),
-    'fp32': ('FFMA', 'FADD', 'FMUL', 'FMNMX', 'FSETP', 'FSEL'),
 }
 _SASS_LINE = re.compile(r'/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)')
 
@@ -96,34 +95,24 @@ SHAPES = {
 
 def cases(full=False):
     """(op, dtype, shape) to compile. The default set covers every kernel, every
-    dtype and every head dim once; ``full`` is the product."""
-    out = []
-    for op, shapes in SHAPES.items():
-        for i, dtype in enumerate(DTYPES):
-            picked = shapes if full else shapes[i % len(shapes):][:1]
-            if not full and op == 'effatt':  # the big tiles: both dims in every dtype
-                picked = shapes
-            out += [(op, dtype, shape) for shape in picked]
-    return out
+    dtype and every head dim once (EFFATT's big tiles: both dims in every dtype);
+    ``full`` is the product."""
+    return [(op, dtype, shape) for op, shapes in SHAPES.items()
+            for i, dtype in enumerate(DTYPES)
+            for shape in (shapes if full or op == 'effatt' else
+                          [shapes[i % len(shapes)]])]
 
 
 def op_launches(op, dtype, shape):
     """The kernel launches of ``op`` (forward and backward) on CPU tensors of
     ``shape`` and ``dtype``, as its wrapper configures them for CUDA tensors."""
-    if op == 'bi_wkv':
-        from .wkv import fused
-        C = shape[-1]
-        w, u = (torch.zeros(C, requires_grad=True) for _ in range(2))
-        k, v = (torch.zeros(shape, dtype=dtype, requires_grad=True) for _ in range(2))
-        apply, args = fused.bi_wkv_forward, (w, u, k, v)
-    elif op == 'effatt':
-        from .elfatt import fused
-        apply = fused.effatt_forward
-        args = [torch.zeros(shape, dtype=dtype, requires_grad=True) for _ in range(3)]
-    else:
-        from .infsa import fused
-        q, k, v = (torch.zeros(shape, dtype=dtype, requires_grad=True) for _ in range(3))
-        apply, args = fused.linear_infsa_forward, (q, k, v, 1e-6)
+    from .elfatt.fused import effatt_forward
+    from .infsa.fused import linear_infsa_forward
+    from .wkv.fused import bi_wkv_forward
+    x = [torch.zeros(shape, dtype=dtype, requires_grad=True) for _ in range(3)]
+    w = [torch.zeros(shape[-1], requires_grad=True) for _ in range(2)]
+    apply, args = {'bi_wkv': (bi_wkv_forward, w + x[:2]), 'effatt': (effatt_forward, x),
+                   'linear_infsa': (linear_infsa_forward, x + [1e-6])}[op]
     with recorded_launches() as launches:
         out = apply(*args)[0]
         out.backward(torch.zeros_like(out))
@@ -131,22 +120,6 @@ def op_launches(op, dtype, shape):
 
 
 # -- compiling one launch -------------------------------------------------------------
-def _cache_dir():
-    root = os.environ.get('MMHYBRID_CACHE') or os.path.join(
-        os.path.expanduser('~'), '.cache', 'mmhybrid')
-    path = os.path.join(root, 'compile_check')
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def _specialise(launch, backend):
-    from triton.runtime.jit import create_function_from_signature
-    fn = launch.kernel
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    bound, specialization, options = binder(*launch.args, **launch.kwargs)
-    return fn._pack_args(backend, launch.kwargs, bound, specialization, options)
-
-
 def _sass_counts(cubin):
     from triton import knobs
     with tempfile.NamedTemporaryFile(suffix='.cubin') as f:
@@ -156,18 +129,8 @@ def _sass_counts(cubin):
                               capture_output=True, text=True, check=True).stdout
     ops = Counter(m.group(1).split('.')[0] for m in map(_SASS_LINE.search,
                                                         sass.splitlines()) if m)
-    counts = {'sass': sum(ops.values())}
-    for group, names in SASS_GROUPS.items():
-        counts[f'sass_{group}'] = sum(ops[n] for n in names)
-    return counts
-
-
-def _ptxas_numbers(log):
-    regs = re.findall(r'Used (\d+) registers', log)
-    spill = re.findall(r'(\d+) bytes spill stores, (\d+) bytes spill loads', log)
-    if not regs or not spill:
-        raise RuntimeError(f'no register/spill figures in the ptxas log:\n{log}')
-    return int(regs[-1]), int(spill[-1][0]), int(spill[-1][1])
+    return {'sass': sum(ops.values()), **{f'sass_{group}': sum(ops[n] for n in names)
+                                          for group, names in SASS_GROUPS.items()}}
 
 
 def compile_launch(launch, target_name):
@@ -178,34 +141,42 @@ def compile_launch(launch, target_name):
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
 
     arch, smem_limit = TARGETS[target_name]
     target = GPUTarget('cuda', arch, 32)
-    backend = make_backend(target)
-    options, signature, constexprs, attrs = _specialise(launch, backend)
-    key = json.dumps([launch.kernel.cache_key, signature,
-                      repr(sorted(constexprs.items())), repr(sorted(attrs.items())),
-                      repr(sorted(options.__dict__.items())), arch, triton.__version__,
-                      _FORMAT],
+    backend, fn = make_backend(target), launch.kernel
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    options, signature, constexprs, attrs = fn._pack_args(
+        backend, launch.kwargs, *binder(*launch.args, **launch.kwargs))
+    key = json.dumps([fn.cache_key, signature, *(repr(sorted(d.items())) for d in (
+        constexprs, attrs, options.__dict__)), arch, triton.__version__, _FORMAT],
                      default=str)
-    path = os.path.join(_cache_dir(), hashlib.sha256(key.encode()).hexdigest() + '.json')
+    root = os.path.join(os.environ.get('MMHYBRID_CACHE') or os.path.join(
+        os.path.expanduser('~'), '.cache', 'mmhybrid'), 'compile_check')
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, hashlib.sha256(key.encode()).hexdigest() + '.json')
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
-    log = io.StringIO()
+    out = io.StringIO()
     with knobs.nvidia.scope(), knobs.compilation.scope():
         knobs.nvidia.dump_ptxas_log = True  # printed to stdout by make_cubin
         knobs.compilation.always_compile = True  # Triton's cache would skip ptxas
-        with contextlib.redirect_stdout(log):
-            kernel = triton.compile(ASTSource(launch.kernel, signature, constexprs, attrs),
+        with contextlib.redirect_stdout(out):
+            kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs),
                                     target=target, options=options.__dict__)
-    regs, spill_stores, spill_loads = _ptxas_numbers(log.getvalue())
+    log = out.getvalue()
+    regs = re.findall(r'Used (\d+) registers', log)
+    spill = re.findall(r'(\d+) bytes spill stores, (\d+) bytes spill loads', log)
+    if not regs or not spill:
+        raise RuntimeError(f'no register/spill figures in the ptxas log:\n{log}')
     # the arguments the code reads: PTX loads parameter i of the non-constexpr ones
     params = [name for name, kind in signature.items() if kind != 'constexpr']
     read = {int(i) for i in re.findall(rf'{kernel.metadata.name}_param_(\d+)\]',
                                        kernel.asm['ptx'])}
-    result = dict(kernel=launch.name, target=target_name, registers=regs,
-                  spill_stores=spill_stores, spill_loads=spill_loads,
+    result = dict(kernel=launch.name, target=target_name, registers=int(regs[-1]),
+                  spill_stores=int(spill[-1][0]), spill_loads=int(spill[-1][1]),
                   shared=kernel.metadata.shared, shared_limit=smem_limit,
                   num_warps=kernel.metadata.num_warps,
                   num_stages=kernel.metadata.num_stages,
@@ -222,12 +193,10 @@ def compile_launch(launch, target_name):
 
 def problems(row):
     """What is wrong with a compiled kernel (empty when it fits and does not spill)."""
-    out = []
-    if row['spill_stores'] or row['spill_loads']:
-        out.append(f"spills {row['spill_stores']} B / loads {row['spill_loads']} B")
-    if row['shared'] > row['shared_limit']:
-        out.append(f"shared memory {row['shared']} B > {row['shared_limit']} B")
-    return out
+    spills = bool(row['spill_stores'] or row['spill_loads'])
+    over = row['shared'] > row['shared_limit']
+    return ([f"spills {row['spill_stores']} B / loads {row['spill_loads']} B"] * spills
+            + [f"shared memory {row['shared']} B > {row['shared_limit']} B"] * over)
 
 
 def check(full=False, targets=tuple(TARGETS)):
@@ -239,17 +208,16 @@ def check(full=False, targets=tuple(TARGETS)):
                 row = compile_launch(launch, target)
                 ident = (target, row['kernel'], row['signature'], row['num_warps'],
                          row['num_stages'], json.dumps(row['constexprs'], sort_keys=True))
-                if ident in seen:
-                    continue
-                seen.add(ident)
-                rows.append(dict(op=op, dtype=str(dtype).split('.')[-1],
-                                 shape='x'.join(map(str, shape)), **row))
+                if ident not in seen:
+                    seen.add(ident)
+                    rows.append(dict(op=op, dtype=str(dtype).split('.')[-1],
+                                     shape='x'.join(map(str, shape)), **row))
     return rows
 
 
 COLUMNS = ('target', 'op', 'kernel', 'dtype', 'shape', 'num_warps', 'num_stages',
-           'registers', 'spill_stores', 'shared', 'sass', 'sass_global', 'sass_shared',
-           'sass_local', 'sass_shuffle', 'sass_sfu', 'sass_tensor')
+           'registers', 'spill_stores', 'shared', 'sass',
+           *map('sass_{}'.format, SASS_GROUPS))
 
 
 def main(argv=None):

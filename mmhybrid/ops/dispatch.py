@@ -19,6 +19,7 @@ op lacks is an error. ``None``, ``''`` and ``'auto'`` defer to the next rule. A
 forced backend that cannot run on the tensors raises instead of falling back.
 """
 import contextlib
+import importlib
 import os
 import re
 import warnings
@@ -41,13 +42,9 @@ class UnknownBackendError(KeyError, ValueError):
 
 def _parse(spec):
     """``'torch'`` -> ('torch', {}); ``'bi_wkv=torch, effatt=triton'`` -> (None, {...})."""
-    every, per_op = None, {}
-    for item in filter(None, (part.strip().lower() for part in spec.split(','))):
-        if '=' in item:
-            op, name = (part.strip() for part in item.split('=', 1))
-            per_op[op] = name
-        else:
-            every = item
+    items = [part.strip().lower() for part in spec.split(',') if part.strip()]
+    per_op = dict(map(str.strip, item.split('=', 1)) for item in items if '=' in item)
+    every = next((item for item in reversed(items) if '=' not in item), None)
     return every, per_op
 
 
@@ -64,40 +61,24 @@ def use_backend(every=None, **per_op):
         _overrides.pop()
 
 
-def _requested(op, names):
-    """(name, source) from use_backend or the environment, or (None, None)."""
-    layers = list(reversed(_overrides))
-    env = os.environ.get(ENV_VAR, '')
-    if env.strip():
-        layers.append(_parse(env))
-    for i, (every, per_op) in enumerate(layers):
-        source = 'use_backend' if i < len(_overrides) else ENV_VAR
-        name = per_op.get(op)
-        if name and name != 'auto':
-            return name, f'{source} ({op}={name})'
-        if every and every != 'auto' and every in names:
-            return every, f'{source} ({every} for every op)'
-    return None, None
-
-
 def choose_backend(op, names, auto, backend=None):
-    """The backend ``op`` runs: ``backend``, else :func:`use_backend`, else
-    ``$MMHYBRID_BACKEND``, else ``auto()``.
-
-    Args:
-        op (str): the op function's name, the key of per-op overrides.
-        names (Iterable[str]): the backends the op has.
-        auto (callable): returns the automatic choice for the call's tensors.
-        backend (str, optional): the call's ``backend=`` argument.
-    Raises:
-        UnknownBackendError: a name the op does not have, naming where it came
-            from and the choices.
-    """
-    name = (backend or '').strip().lower()
-    source = 'backend='
+    """The backend ``op`` (the op function's name, the key of per-op overrides)
+    runs, one of ``names``: ``backend``, else :func:`use_backend`, else
+    ``$MMHYBRID_BACKEND``, else ``auto()``. A name the op lacks raises
+    :class:`UnknownBackendError` naming where it came from and the choices."""
+    name, source = (backend or '').strip().lower(), 'backend='
     if name in ('', 'auto'):
-        name, source = _requested(op, names)
-        if name is None:
+        layers = [(o, 'use_backend') for o in reversed(_overrides)]
+        if os.environ.get(ENV_VAR, '').strip():
+            layers.append((_parse(os.environ[ENV_VAR]), ENV_VAR))
+        for (every, per_op), where in layers:
+            if per_op.get(op) not in (None, '', 'auto'):
+                name, source = per_op[op], f'{where} ({op}={per_op[op]})'
+                break
+            if every in names:
+                name, source = every, f'{where} ({every} for every op)'
+                break
+        else:
             return auto()
     if name not in names:
         raise UnknownBackendError(f'unknown {op} backend {name!r} (from {source}); '
@@ -105,13 +86,26 @@ def choose_backend(op, names, auto, backend=None):
     return name
 
 
-def triton_if_usable(fused_module, *tensors):
-    """``'triton'`` for CUDA tensors that the kernels of ``fused_module()`` accept
-    (``triton_unusable_reason(*tensors) is None``), else ``'torch'``. The module
-    is imported only for CUDA tensors; an ImportError means no Triton."""
-    if not tensors[0].is_cuda:
-        return 'torch'
+def triton_or_torch(op, package, tensors, backend=None):
+    """The backend of an op with ``'torch'`` and ``'triton'`` (its kernels in
+    ``<package>.fused``); automatic: ``'triton'`` for CUDA tensors the kernels
+    accept (``triton_unusable_reason(*tensors) is None``) when Triton imports."""
+    def auto():
+        try:
+            usable = tensors[0].is_cuda and not fused_module(
+                package, op).triton_unusable_reason(*tensors)
+        except RuntimeError:  # no Triton
+            usable = False
+        return 'triton' if usable else 'torch'
+
+    return choose_backend(op, ('torch', 'triton'), auto, backend)
+
+
+def fused_module(package, op):
+    """``<package>.fused``, imported on first use (Triton is optional and slow to
+    import); RuntimeError naming ``op`` where Triton does not import."""
     try:
-        return 'torch' if fused_module().triton_unusable_reason(*tensors) else 'triton'
-    except ImportError:
-        return 'torch'
+        return importlib.import_module('.fused', package)
+    except ImportError as err:
+        raise RuntimeError(f'{op} triton backend: triton does not import '
+                           f'({err})') from err

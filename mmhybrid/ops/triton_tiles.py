@@ -1,14 +1,96 @@
-"""Triton helpers of the token-tiled kernels (:mod:`.token_tiling`'s scheme):
-a program's (batch, head) slice of a strided (B, heads, N, d) tensor and masked
-tiles of it. Imported only by the fused modules (it needs Triton).
+"""How mmhybrid's Triton kernels tile (B, heads, N, d) tensors along the tokens.
+
+Each program owns one (batch, head) and ``rows_per_program`` consecutive tokens,
+streamed in ``BLOCK_N``-row tiles whose columns are padded to powers of two. The
+split of N is chosen so that about 8 programs per SM run whatever B * heads is;
+each program writes one partial reduction that the host combines (O(d) or
+O(d^2) numbers per program). Imported only by the fused modules (it needs Triton).
+
+Each fused forward and backward is a ``torch.library`` custom op with a fake
+kernel and a registered autograd formula, so ``torch.compile`` and
+``torch.export`` see through them. ``TRITON_INTERPRET=1`` set before Triton is
+imported runs the kernels on CPU tensors (tests; see tests/_triton.py).
 """
+import functools
 import os
 
+import torch
 import triton
 import triton.language as tl
 
-# TRITON_INTERPRET=1 set before Triton is imported runs kernels on CPU tensors
 INTERPRETED = os.environ.get('TRITON_INTERPRET', '0') == '1'
+TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
+             torch.float32: tl.float32, torch.float64: tl.float64}
+MAX_TILE = 8192  # elements of one (BLOCK_N, BLOCK_D) tile
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+class TokenTiling:
+    """Tile sizes and the split of the tokens of ``x`` (B, heads, N, ...) over programs.
+
+    Args:
+        x (Tensor): the tensor whose tokens are split (its device and dtype too).
+        widths (sequence[int]): column counts (d, dv, ...) -> ``blocks``, powers of
+            two of at least ``min_block`` (16 where ``tl.dot`` uses them).
+        block_n, rows_per_program (int, optional): force the tile rows and the
+            rows per program (tests); by default the tile holds at most
+            ``MAX_TILE`` elements and the GPU gets ~8 programs per SM.
+    """
+
+    def __init__(self, x, widths, block_n=None, rows_per_program=None, min_block=1):
+        B, H, N = x.shape[:3]
+        self.BH = B * H
+        self.blocks = [max(min_block, triton.next_power_of_2(w)) for w in widths]
+        self.block_n = block_n or max(16, min(128, MAX_TILE // max(self.blocks)))
+        tiles = triton.cdiv(N, self.block_n)
+        if rows_per_program is None:
+            target = 8 * _num_sms(x.device) if x.is_cuda else 1
+            programs = min(tiles, max(1, triton.cdiv(target, self.BH)))
+            rows_per_program = triton.cdiv(tiles, programs) * self.block_n
+        elif rows_per_program % self.block_n:
+            raise ValueError(f'rows_per_program ({rows_per_program}) must be a '
+                             f'multiple of block_n ({self.block_n})')
+        self.rows_per_program = rows_per_program
+        # (batch * heads, token slices): the first grid axis has no 65535 limit
+        self.programs = triton.cdiv(N, rows_per_program)
+        self.grid = (self.BH, self.programs)
+        self.acc = acc_dtype(x)
+        self.device = x.device
+
+    def partials(self, *shape):
+        """An uninitialised (B * heads, programs, *shape) buffer for partial sums."""
+        return torch.empty(self.BH, self.programs, *shape, dtype=self.acc,
+                           device=self.device)
+
+
+def acc_dtype(x):
+    """The accumulation dtype of the kernels: float64 for float64, else float32."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def triton_unusable_reason(*tensors):
+    """Why the kernels cannot take these (B, heads, N, d) tensors (a sentence), or
+    None; ``None`` entries (a tied ``k``) are skipped."""
+    tensors = [t for t in tensors if t is not None]
+    if not INTERPRETED and not all(t.is_cuda for t in tensors):
+        return (f'the tensors are on {tensors[0].device.type}; the Triton kernels need '
+                f'CUDA tensors (or TRITON_INTERPRET=1 set before importing triton)')
+    if len({t.dtype for t in tensors}) > 1:
+        return 'q, k and v have different dtypes'
+    if any(t.dim() != 4 for t in tensors):
+        return f'q, k, v must be (B, heads, N, d); got {tensors[0].dim()} dims'
+    return None
+
+
+def require_usable(op, *tensors):
+    """Raise a RuntimeError naming ``op`` unless the kernels take ``tensors``."""
+    reason = triton_unusable_reason(*tensors)
+    if reason is not None:
+        raise RuntimeError(f'{op} triton backend: {reason}')
 
 
 @triton.jit

@@ -1,4 +1,9 @@
-"""Agent attention (Han et al., 2024) as used by ELFATT-SD's global head."""
+"""Agent attention (Han et al., 2024) as used by ELFATT-SD's global head, with
+agent tokens by average pooling the token grid (ELFATT-SD: A = Pooling(Q))."""
+import math
+
+import torch.nn.functional as F
+
 from ..attention import softmax_attention
 
 
@@ -26,8 +31,31 @@ def agent_attention(q, k, v, agents, scale=None, broadcast_scale=None, shortcut=
     if q.shape[:2] != agents.shape[:2] or q.shape[-1] != agents.shape[-1]:
         raise ValueError(f'agents must be (B, heads, n, d) like q {tuple(q.shape)}; '
                          f'got {tuple(agents.shape)}')
-    if broadcast_scale is None:
-        broadcast_scale = scale
     agent_v = softmax_attention(agents, k, v, scale=scale)
-    out = softmax_attention(q, agents, agent_v, scale=broadcast_scale)
+    out = softmax_attention(q, agents, agent_v,
+                            scale=scale if broadcast_scale is None else broadcast_scale)
     return out + shortcut * v if shortcut else out
+
+
+def agent_grid(hw_shape, num_agents=None):
+    """(gh, gw) agent grid for an (H, W) token grid.
+
+    ``num_agents=None`` gives one agent per 4x4 window (rounded up), N/16 agents:
+    the count Agent-SD uses in its agent steps (tokens merged onto its stride-4
+    dst grid, 256 agents for the 4096 tokens of a 512^2 image); an int gives a
+    grid of about that many agents with the aspect ratio of the tokens.
+    """
+    H, W = hw_shape
+    if num_agents is None:
+        return math.ceil(H / 4), math.ceil(W / 4)
+    if num_agents < 1:
+        raise ValueError(f'num_agents must be >= 1, got {num_agents}')
+    gh = min(H, max(1, round(math.sqrt(num_agents * H / W))))
+    gw = min(W, max(1, round(num_agents / gh)))
+    return gh, gw
+
+
+def pool_agent_tokens(x, hw_shape, grid):
+    """Adaptive average pooling of raster tokens: (B, H*W, C) -> (B, gh*gw, C)."""
+    x = x.transpose(1, 2).unflatten(2, hw_shape)
+    return F.adaptive_avg_pool2d(x, grid).flatten(2).transpose(1, 2)

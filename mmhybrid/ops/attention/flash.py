@@ -12,9 +12,7 @@ FLASH_DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
 
 
-@functools.lru_cache(maxsize=None)
-def _compute_capability(device_index):
-    return torch.cuda.get_device_capability(device_index)
+_compute_capability = functools.lru_cache(maxsize=None)(torch.cuda.get_device_capability)
 
 
 def flash_unusable_reason(q, k, v):

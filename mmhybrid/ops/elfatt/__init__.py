@@ -6,10 +6,10 @@
 ``naive_*`` are O(N^2) references for tests. LePE and the head split live in
 :class:`mmhybrid.layers.ELFATTAttention`.
 """
-from .block import block_attention
+from .block import (block_attention, block_window, map_windows, window_block_attention,
+                    window_regions)
 from .effatt import effatt
 from .naive import naive_block_attention, naive_effatt, naive_window_block_attention
-from .window import block_window, map_windows, window_block_attention, window_regions
 
 __all__ = [
     'block_attention', 'effatt', 'window_block_attention', 'block_window',

@@ -1,9 +1,124 @@
-"""The local blockify head of ELFATT: exact softmax attention inside token blocks."""
+"""ELFATT's local blockify head: exact softmax attention inside blocks of tokens.
+
+The blockify function ``f`` of Eq. 8 cuts the token matrix into row blocks: runs
+of the token sequence (:func:`block_attention`, the 1D layout) or, with the tokens
+listed window by window, windows of the image (:func:`window_block_attention`, the
+2D layout): square ``w x w`` ones for the paper's block sizes (49 = 7^2, 196 =
+14^2), as its per-block LePE ``L(f(V))`` (Eq. 10, Fig. 1) and its FLOPs imply. A
+grid whose sides are not multiples of the window keeps full windows from the
+top-left corner; the last window row / column is shorter. Windows of one shape
+form one region of the grid (at most four: full, right edge, bottom edge, corner),
+so every region is a single batched call with no padding and no mask, and
+FlashAttention applies on GPU.
+
+The regions depend on the sizes modulo the block, which a traced graph (ONNX
+export, torch.compile, torch.export) cannot: there the grid (a sequence is a
+1 x N grid) is zero-padded at the bottom/right to whole windows, one call covers
+all of them and the padded keys are masked out, which gives the same result for
+every size.
+"""
+import math
+
 import torch
 import torch.nn.functional as F
 
 from ..attention import softmax_attention
+from ..heads import check_heads
 from ..tracing import is_tracing
+
+
+def block_window(block_size):
+    """(wh, ww): the most square window of ``block_size`` tokens, ``wh <= ww``
+    (49 -> 7x7, 196 -> 14x14, 8 -> 2x4, a prime p -> 1xp)."""
+    if block_size < 1:
+        raise ValueError(f'block_size must be >= 1, got {block_size}')
+    wh = max(d for d in range(1, math.isqrt(block_size) + 1) if block_size % d == 0)
+    return wh, block_size // wh
+
+
+def _window_tuple(window):
+    window = (window, window) if isinstance(window, int) else tuple(window)
+    if min(window) < 1:
+        raise ValueError(f'window sides must be >= 1, got {window}')
+    return window
+
+
+def window_regions(hw_shape, window):
+    """Regions of equal windows: ``[(rows, cols, (wh, ww)), ...]`` with slices.
+
+    ``window`` is a side or (height, width); ``rows x cols`` is tiled exactly by
+    ``wh x ww`` windows, row-major.
+    """
+    splits = []
+    for size, side in zip(hw_shape, _window_tuple(window)):
+        full = size // side * side
+        splits.append([(slice(0, full), side)] * bool(full) +
+                      [(slice(full, size), size - full)] * (full < size))
+    return [(rows, cols, (wh, ww)) for rows, wh in splits[0] for cols, ww in splits[1]]
+
+
+def _padded_windows(t, hw_shape, window):
+    """(B, heads, H*W, d) -> the grid zero-padded to whole ``window``s, in
+    window-major order (B, heads, nh * nw, wh * ww, d). Sizes are explicit (no -1)
+    for torch.export."""
+    (H, W), (wh, ww), (B, heads, _, d) = hw_shape, window, t.shape
+    nh, nw = (H + wh - 1) // wh, (W + ww - 1) // ww
+    g = F.pad(t.reshape(B, heads, H, W, d), (0, 0, 0, nw * ww - W, 0, nh * wh - H))
+    g = g.reshape(B, heads, nh, wh, nw, ww, d).transpose(3, 4)
+    return g.reshape(B, heads, nh * nw, wh * ww, d)
+
+
+def _from_padded_windows(x, hw_shape, window):
+    """Inverse of :func:`_padded_windows`, the padding dropped (by index_select:
+    no size guard for torch.export): (B, heads, H*W, d)."""
+    (H, W), (wh, ww), (B, heads, d) = hw_shape, window, (*x.shape[:2], x.shape[-1])
+    nh, nw = (H + wh - 1) // wh, (W + ww - 1) // ww
+    x = x.reshape(B, heads, nh, nw, wh, ww, d).transpose(3, 4)
+    x = x.reshape(B, heads, nh * wh, nw * ww, d)
+    x = x.index_select(2, torch.arange(H, device=x.device))
+    return x.index_select(3, torch.arange(W, device=x.device)).reshape(B, heads, H * W, d)
+
+
+def map_windows(fn, tensors, hw_shape, window):
+    """Apply ``fn`` window by window to (B, heads, H*W, d) raster-order tokens.
+
+    For every region of :func:`window_regions`, ``fn(*windowed, (wh, ww))`` gets
+    the region's tokens in window-major order, (B, heads, n * wh * ww, d), each
+    window's tokens row-major, and returns (B, heads, n * wh * ww, d_out) in the
+    same order; the results go back to raster order. Traced (see the module doc),
+    ``fn`` gets every window whole, the bottom/right ones zero-padded: right for
+    functions that treat zeros beyond the edge as padding (a zero-padded conv).
+
+    Returns:
+        (B, heads, H*W, d_out).
+    """
+    H, W = hw_shape
+    B, heads, N = tensors[0].shape[:3]
+    if N != H * W:
+        raise ValueError(f'{N} tokens do not form a {H}x{W} grid')
+    if is_tracing():
+        window = _window_tuple(window)
+        out = fn(*(_padded_windows(t, hw_shape, window).flatten(2, 3) for t in tensors),
+                 window)
+        return _from_padded_windows(out, hw_shape, window)
+    grids = [t.reshape(B, heads, H, W, t.shape[-1]) for t in tensors]
+    regions = window_regions(hw_shape, window)
+    for rows, cols, (wh, ww) in regions:
+        nh, nw = (rows.stop - rows.start) // wh, (cols.stop - cols.start) // ww
+
+        def to_windows(g):
+            g = g[:, :, rows, cols].reshape(B, heads, nh, wh, nw, ww, -1)
+            return g.transpose(3, 4).reshape(B, heads, nh * nw * wh * ww, -1)
+
+        part = fn(*(to_windows(g) for g in grids), (wh, ww))
+        part = part.reshape(B, heads, nh, nw, wh, ww, -1).transpose(3, 4).reshape(
+            B, heads, nh * wh, nw * ww, -1)
+        if len(regions) == 1:
+            return part.reshape(B, heads, H * W, -1)
+        if rows.start == cols.start == 0:
+            out = part.new_empty(B, heads, H, W, part.shape[-1])
+        out[:, :, rows, cols] = part
+    return out.reshape(B, heads, H * W, -1)
 
 
 def masked_attention(q, k, v, mask, scale=None):
@@ -17,19 +132,30 @@ def masked_attention(q, k, v, mask, scale=None):
     return torch.matmul(torch.softmax(logits, dim=-1), v)
 
 
+def _traced_window_attention(q, k, v, hw_shape, window, scale):
+    """One masked attention over the grid zero-padded to whole windows."""
+    (H, W), (wh, ww) = hw_shape, window
+    nh, nw = (H + wh - 1) // wh, (W + ww - 1) // ww
+    # keys inside the grid, per window: (nW, 1, L)
+    inside = (torch.arange(nh * wh, device=q.device) < H)[:, None] & (
+        torch.arange(nw * ww, device=q.device) < W)
+    valid = _padded_windows(inside.reshape(1, 1, -1, 1), (nh * wh, nw * ww),
+                            window)[0, 0]
+    (q, k, v) = (_padded_windows(t, hw_shape, window) for t in (q, k, v))
+    B, heads, nW, L, _ = q.shape
+    # 4-D for the ONNX exporters: (B * heads, nW, L, d)
+    out = masked_attention(*(t.reshape(B * heads, nW, L, t.shape[-1])
+                             for t in (q, k, v)), valid.reshape(nW, 1, L), scale)
+    return _from_padded_windows(out.reshape(B, heads, nW, L, v.shape[-1]), hw_shape, window)
+
+
 def block_attention(q, k, v, block_size, scale=None):
     r"""``g(softmax(f(Q) f(K)^T / sqrt(d)) f(V))``: the second term of ELFATT Eq. 8.
 
     ``f`` cuts the token sequence into contiguous blocks of ``block_size`` tokens
     (the last block may be shorter) and ``g`` puts them back in order; every token
-    attends exactly to the tokens of its own block. Full blocks form one batched
-    :func:`~mmhybrid.ops.attention.softmax_attention` call with no mask, so
-    FlashAttention applies on GPU; a shorter last block is its own call.
-    That equals padding the last block and masking the padding (the reference
-    :func:`naive_block_attention`), without a mask that would rule out
-    FlashAttention. Cost O(N * block_size * d). A traced graph (ONNX export,
-    torch.compile, torch.export) serves every N: there the sequence is padded to
-    whole blocks and the padded keys are masked out, in one call.
+    attends exactly to the tokens of its own block: :func:`window_block_attention`
+    on the 1 x N grid. Cost O(N * block_size * d).
 
     Args:
         q, k: (B, heads, N, d); v: (B, heads, N, dv).
@@ -38,38 +164,38 @@ def block_attention(q, k, v, block_size, scale=None):
     Returns:
         (B, heads, N, dv).
     """
-    if q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
-        raise ValueError(f'q, k must be (B, heads, N, d) and v (B, heads, N, dv); '
-                         f'got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
     if block_size < 1:
         raise ValueError(f'block_size must be >= 1, got {block_size}')
-    B, heads, N, d = q.shape
+    return window_block_attention(q, k, v, (1, q.shape[-2]), (1, block_size), scale)
+
+
+def window_block_attention(q, k, v, hw_shape, window, scale=None):
+    r"""``g(softmax(f(Q) f(K)^T / sqrt(d)) f(V))`` with ``f`` = windows of the grid.
+
+    Every token attends exactly to the tokens of its window of the ``hw_shape``
+    grid (shorter windows at the bottom/right edge). The windows of a region are
+    one batched :func:`~mmhybrid.ops.attention.softmax_attention` call with no
+    mask. That equals padding the edge windows and masking the padding (the
+    references :func:`naive_window_block_attention`, :func:`naive_block_attention`),
+    without a mask that would rule out FlashAttention. Cost O(N * window^2 * d).
+
+    Args:
+        q, k: (B, heads, H*W, d) in raster order; v: (B, heads, H*W, dv).
+        hw_shape (tuple[int]): (H, W).
+        window (int | tuple[int]): window side or (height, width); covering the
+            grid gives global attention.
+        scale (float, optional): logit scale; ``d ** -0.5`` when None.
+    Returns:
+        (B, heads, H*W, dv) in raster order.
+    """
+    check_heads(q, k, v)
     if is_tracing():
-        # explicit sizes (no -1) and index_select rather than [:N]: no size
-        # guards for torch.export
-        nb = (N + block_size - 1) // block_size
+        return _traced_window_attention(q, k, v, hw_shape, _window_tuple(window), scale)
 
-        def padded_blocks(t):  # 4-D for the ONNX exporters
-            t = F.pad(t, (0, 0, 0, nb * block_size - N))
-            return t.unflatten(2, (nb, block_size)).flatten(0, 1)
+    def attend(q, k, v, size):  # (B, heads, n * L, d) -> n windows of L tokens
+        (B, heads, N), L = q.shape[:3], size[0] * size[1]
+        out = softmax_attention(*(t.reshape(B * heads, N // L, L, t.shape[-1])
+                                  for t in (q, k, v)), scale=scale)
+        return out.reshape(B, heads, N, -1)
 
-        valid = torch.arange(nb * block_size, device=q.device) < N  # real keys
-        out = masked_attention(padded_blocks(q), padded_blocks(k), padded_blocks(v),
-                               valid.unflatten(0, (nb, 1, block_size)), scale)
-        out = out.unflatten(0, (B, heads)).flatten(2, 3)
-        return out.index_select(2, torch.arange(N, device=q.device))
-    num_full = N // block_size
-    split = num_full * block_size
-    outs = []
-    if num_full:
-        # (B, h, split, d) -> (B*h, num_full, block, d): a view, B and h merge.
-        def blocks(t):
-            return t[:, :, :split].reshape(B * heads, num_full, block_size,
-                                           t.shape[-1])
-
-        out = softmax_attention(blocks(q), blocks(k), blocks(v), scale=scale)
-        outs.append(out.reshape(B, heads, split, -1))
-    if split < N:
-        outs.append(softmax_attention(
-            q[:, :, split:], k[:, :, split:], v[:, :, split:], scale=scale))
-    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    return map_windows(attend, (q, k, v), hw_shape, window)

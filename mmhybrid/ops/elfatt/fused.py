@@ -18,12 +18,9 @@ Every input is read once per pass, every output and gradient written once; only
 ``M``, ``L`` and ``C`` (O(d dv)) are kept for backward. The softmaxes and all
 accumulators are float32 (float64 for float64 inputs); the three products use
 ``tl.dot`` on operands in the input dtype (tensor cores for fp16/bf16; fp32 at
-full ``ieee`` precision, not TF32). ``TRITON_INTERPRET=1`` set before Triton is imported
-runs the kernels on CPU tensors (tests). Tile sizes, warps and stages per dtype and
-head dim: :func:`launch_config`. The forward and backward are ``torch.library``
-custom ops (``mmhybrid::effatt_forward`` / ``effatt_backward``) with fake kernels
-and a registered autograd formula, so ``torch.compile`` and ``torch.export`` see
-through them.
+full ``ieee`` precision, not TF32). Tile sizes, warps and stages per dtype and
+head dim: :func:`launch_config`. Custom ops ``mmhybrid::effatt_forward`` /
+``_backward`` (:mod:`..triton_tiles`).
 """
 from typing import Optional
 
@@ -31,8 +28,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..token_tiling import TokenTiling, next_power_of_2
-from ..triton_tiles import INTERPRETED, head_pointer, load_tile, store_tile
+from ..triton_tiles import (INTERPRETED, TL_DTYPES, TokenTiling, acc_dtype,  # noqa: F401
+                            head_pointer, load_tile, require_usable, store_tile,
+                            triton_unusable_reason)
 
 @triton.jit
 def _query_softmax(q_ptr, rows, cols, N, D, s_n, s_d, ACC: tl.constexpr):
@@ -153,15 +151,6 @@ def _key_value_grad_kernel(k_ptr, v_ptr, col_max_ptr, col_sum_ptr, dc_ptr, g_ptr
         store_tile(dv_ptr, dv, rows, cols_v, N, DV, sdv_n, sdv_d)
 
 
-def _dot_dtype(dtype):
-    """Operand dtype of the ``tl.dot`` products: the input dtype, except bfloat16
-    in the interpreter, whose bf16 ``tl.dot`` returns garbage (Triton 3.8.0)."""
-    if dtype == torch.bfloat16 and INTERPRETED:
-        return tl.float32
-    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
-            torch.float32: tl.float32, torch.float64: tl.float64}[dtype]
-
-
 def launch_config(dtype, D, DV):
     """(tile rows, warps, pipeline stages) of every kernel for this dtype and head dims.
 
@@ -173,7 +162,7 @@ def launch_config(dtype, D, DV):
     also needs 188 KB of shared memory, more than an A100 has). Checked by
     :mod:`mmhybrid.ops.compile_check` (tests/test_kernel_compile.py).
     """
-    widest = max(next_power_of_2(D), next_power_of_2(DV), 16)
+    widest = max(triton.next_power_of_2(D), triton.next_power_of_2(DV), 16)
     if dtype in (torch.float16, torch.bfloat16):
         return max(16, min(128, 4096 // widest)), 8, 2
     return max(16, min(128, 1024 // widest)), 8, 1
@@ -184,15 +173,12 @@ def _tiling(q, v, block_n, rows_per_program):
     D, DV = q.shape[-1], v.shape[-1]
     tile_rows, num_warps, num_stages = launch_config(q.dtype, D, DV)
     cfg = TokenTiling(q, (D, DV), block_n or tile_rows, rows_per_program, min_block=16)
-    BLOCK_D, BLOCK_DV = cfg.blocks
-    launch = dict(ACC=tl.float64 if cfg.acc == torch.float64 else tl.float32,
-                  DOT=_dot_dtype(q.dtype), BLOCK_N=cfg.block_n, BLOCK_D=BLOCK_D,
-                  BLOCK_DV=BLOCK_DV, num_warps=num_warps, num_stages=num_stages)
-    return cfg, launch
-
-
-def _acc_dtype(x):
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
+    # the products' operand dtype is the input's, except bfloat16 in the
+    # interpreter, whose bf16 ``tl.dot`` returns garbage (Triton 3.8.0)
+    dot = tl.float32 if q.dtype == torch.bfloat16 and INTERPRETED else TL_DTYPES[q.dtype]
+    return cfg, dict(ACC=TL_DTYPES[cfg.acc], DOT=dot, BLOCK_N=cfg.block_n,
+                     BLOCK_D=cfg.blocks[0], BLOCK_DV=cfg.blocks[1],
+                     num_warps=num_warps, num_stages=num_stages)
 
 
 @torch.library.custom_op('mmhybrid::effatt_forward', mutates_args=())
@@ -211,8 +197,7 @@ def effatt_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     col_max = part_m.amax(1)
     rescale = torch.exp(part_m - col_max[:, None])
     col_sum = (part_l * rescale).sum(1)
-    context = ((part_c * rescale[..., None]).sum(1) / col_sum[..., None])
-    context = context.contiguous()
+    context = ((part_c * rescale[..., None]).sum(1) / col_sum[..., None]).contiguous()
     out = v.new_empty(B, H, N, DV)
     _query_output_kernel[cfg.grid](
         q, context, out, N, D, DV, H, *q.stride(), *out.stride(),
@@ -222,9 +207,7 @@ def effatt_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @effatt_forward.register_fake
 def _(q, k, v, block_n=None, rows_per_program=None):
-    B, H, N, D = q.shape
-    DV = v.shape[-1]
-    acc = _acc_dtype(q)
+    (B, H, N, D), DV, acc = q.shape, v.shape[-1], acc_dtype(q)
     return (v.new_empty(B, H, N, DV), q.new_empty(B * H, D, dtype=acc),
             q.new_empty(B * H, D, dtype=acc), q.new_empty(B * H, D, DV, dtype=acc))
 
@@ -274,28 +257,9 @@ def _backward(ctx, grad_out, *unused):
 effatt_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
-def triton_unusable_reason(q, k, v):
-    """Why the Triton kernels cannot take these tensors (a sentence), or None."""
-    if not INTERPRETED and not (q.is_cuda and k.is_cuda and v.is_cuda):
-        return (f'the tensors are on {q.device.type}; the Triton kernels need CUDA '
-                f'tensors (or TRITON_INTERPRET=1 set before importing triton)')
-    if not q.dtype == k.dtype == v.dtype:
-        return 'q, k and v have different dtypes'
-    if q.dim() != 4:
-        return f'q, k, v must be (B, heads, N, d); got {q.dim()} dims'
-    return None
-
-
 def triton_effatt(q, k, v, block_n=None, rows_per_program=None):
-    """``softmax_d(Q) (softmax_N(K)^T V)`` with the fused passes of this module.
-
-    Args:
-        q, k: (B, heads, N, d); v: (B, heads, N, dv); one dtype, any strides.
-        block_n, rows_per_program: tile rows and rows per program (tests).
-    Returns:
-        (B, heads, N, dv) in the dtype of ``v``.
-    """
-    reason = triton_unusable_reason(q, k, v)
-    if reason is not None:
-        raise RuntimeError(f'EFFATT triton backend: {reason}')
+    """``softmax_d(Q) (softmax_N(K)^T V)`` with the fused passes of this module on
+    (B, heads, N, d) q, k and (B, heads, N, dv) v of one dtype, any strides;
+    ``block_n``, ``rows_per_program`` force the tiling (tests)."""
+    require_usable('effatt', q, k, v)
     return effatt_forward(q, k, v, block_n, rows_per_program)[0]

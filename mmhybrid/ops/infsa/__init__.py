@@ -9,18 +9,15 @@
   temporaries) or ``triton`` (:mod:`.fused`, two fused passes each way; the
   automatic choice for CUDA tensors when Triton imports).
 
-Both pick their backend by the rule of :mod:`mmhybrid.ops.dispatch`.
-
-The discount gamma and the cross-layer accumulation (Eq. 9/23) live in the layer
+Both pick their backend by the rule of :mod:`mmhybrid.ops.dispatch`. The discount
+gamma and the cross-layer accumulation (Eq. 9/23) live in the layer
 (:class:`mmhybrid.layers.InfSAttention`), not in these parameter-free ops.
 """
-import importlib
-
-from ..dispatch import choose_backend, triton_if_usable
+from ..dispatch import choose_backend, fused_module, triton_or_torch
+from ..heads import check_heads
 from .chunk import chunk_pure_infsa
 from .linear import linear_infsa_weights, torch_linear_infsa_context
-from .naive import naive_linear_infsa, naive_pure_infsa
-from .spectral import eigen_alignment, perron_vector
+from .naive import eigen_alignment, naive_linear_infsa, naive_pure_infsa, perron_vector
 
 PURE_BACKENDS = {'torch': chunk_pure_infsa, 'chunk': chunk_pure_infsa,
                  'naive': naive_pure_infsa}
@@ -37,30 +34,15 @@ def pure_infsa(q, k, v, scale=None, eps=1e-6, backend=None):
     Returns:
         Tensor: (B, heads, N, d_v) in the dtype of ``v``.
     """
-    if q.dim() != 4 or q.shape != k.shape or q.shape[:3] != v.shape[:3]:
-        raise ValueError(f'q, k, v must be (B, heads, N, d) with equal leading '
-                         f'dims; got {tuple(q.shape)}, {tuple(k.shape)}, '
-                         f'{tuple(v.shape)}')
-    fn = PURE_BACKENDS[choose_backend('pure_infsa', PURE_BACKENDS, lambda: 'torch',
-                                      backend)]
-    return fn(q, k, v, scale=scale, eps=eps)
-
-
-LINEAR_BACKENDS = ('torch', 'triton')
-
-
-def _fused():
-    """:mod:`.fused`, imported on first use (Triton is optional and slow to import)."""
-    return importlib.import_module('.fused', __name__)
+    check_heads(q, k, v)
+    backend = choose_backend('pure_infsa', PURE_BACKENDS, lambda: 'torch', backend)
+    return PURE_BACKENDS[backend](q, k, v, scale=scale, eps=eps)
 
 
 def linear_infsa_backend(q, k, v, backend=None):
-    """The Linear InfSA backend for these tensors (:mod:`mmhybrid.ops.dispatch`;
-    the op's key is ``linear_infsa``); automatic: ``'triton'`` for CUDA tensors when
-    Triton imports, else ``'torch'``. A forced ``'triton'`` that cannot run raises.
-    """
-    return choose_backend('linear_infsa', LINEAR_BACKENDS,
-                          lambda: triton_if_usable(_fused, q, k, v), backend)
+    """``'torch'`` or ``'triton'`` (:mod:`.fused`) for the op ``linear_infsa``, by
+    the rule of :mod:`mmhybrid.ops.dispatch`; automatic: triton for CUDA tensors."""
+    return triton_or_torch('linear_infsa', __name__, (q, k, v), backend)
 
 
 def linear_infsa_context(q, k, v, eps=1e-6, backend=None):
@@ -71,31 +53,20 @@ def linear_infsa_context(q, k, v, eps=1e-6, backend=None):
             (its gradient is accumulated into that of ``q`` without a copy).
         v: (B, heads, N, dv).
         eps (float): the epsilon of Eq. 17 and 20.
-        backend (str, optional): ``'torch'`` or ``'triton'``; see
-            :func:`linear_infsa_backend`.
+        backend (str, optional): see :func:`linear_infsa_backend`.
     Returns:
         The context in the dtype of ``v``, accumulated in at least float32.
     """
-    if q.dim() != 4 or (k is not None and k.shape != q.shape) or \
-            q.shape[:3] != v.shape[:3]:
-        raise ValueError(f'q, k must be (B, heads, N, d) and v (B, heads, N, dv); '
-                         f'got {tuple(q.shape)}, '
-                         f'{None if k is None else tuple(k.shape)}, {tuple(v.shape)}')
+    check_heads(q, k, v)
     if linear_infsa_backend(q, k, v, backend) == 'triton':
-        try:
-            fused = _fused()
-        except ImportError as err:
-            raise RuntimeError(f'Linear InfSA triton backend: triton does not import '
-                               f'({err})') from err
-        return fused.triton_linear_infsa_context(q, k, v, eps)
+        return fused_module(__name__, 'linear_infsa').triton_linear_infsa_context(
+            q, k, v, eps)
     return torch_linear_infsa_context(q, k, v, eps)
 
 
 def linear_infsa(q, k, v, eps=1e-6, backend=None):
-    """Linear InfSA output on (B, heads, N, d): the context broadcast to all tokens.
-
-    The result is an expanded view (no N x d copy); ``k=q`` gives the tied form.
-    Arguments as :func:`linear_infsa_context`.
+    """Linear InfSA output on (B, heads, N, d): the context broadcast to all tokens
+    as an expanded view (no N x d copy). Arguments as :func:`linear_infsa_context`.
     """
     return linear_infsa_context(q, k, v, eps, backend).expand_as(v)
 

@@ -18,7 +18,7 @@ cores on GPU), the squared norm is accumulated in fp32 (fp64 inputs stay fp64).
 
 A traced graph (ONNX export, torch.compile, torch.export) must serve every N, so
 there the op is one block of plain ops, differentiated by autograd: the N x N
-matrix is formed once (:func:`_single_block_pure_infsa`).
+matrix is formed once.
 """
 import torch
 
@@ -29,12 +29,7 @@ BLOCK_ELEMENTS = 1 << 25
 
 def _rows_per_block(q, k, block_elements):
     B, H, N, _ = q.shape
-    per_row = max(B * H * k.shape[-2], 1)
-    return max(1, min(N, block_elements // per_row))
-
-
-def _acc_dtype(x):
-    return torch.promote_types(x.dtype, torch.float32)
+    return max(1, min(N, block_elements // max(B * H * k.shape[-2], 1)))
 
 
 def _blocks(N, rows):
@@ -48,7 +43,7 @@ class _ChunkPureInfSA(torch.autograd.Function):
         rows = _rows_per_block(q, k, block_elements)
         blocks = _blocks(q.shape[-2], rows)
         kt = k.transpose(-2, -1)
-        acc = _acc_dtype(q)
+        acc = torch.promote_types(q.dtype, torch.float32)
         # fp16 cannot hold the unnormalised R V (sums of N scores): find the norm
         # in a first pass and normalise each block before the product.
         two_pass = q.dtype == torch.float16
@@ -100,18 +95,12 @@ class _ChunkPureInfSA(torch.autograd.Function):
         return grad_q, grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, None
 
 
-def _single_block_pure_infsa(q, k, v, scale, eps):
-    """Eq. 11-12 in one block: ``R = [Q K^T s]_+`` normalised by its Frobenius norm
-    (accumulated in at least fp32) before the product with V."""
-    attn = torch.relu(q @ k.transpose(-2, -1) * scale)
-    norm = attn.to(_acc_dtype(q)).square().sum((-2, -1)).sqrt()
-    return (attn * (1 / (norm + eps)).to(attn.dtype)[..., None, None]) @ v
-
-
-def chunk_pure_infsa(q, k, v, scale=None, eps=1e-6,
-                     block_elements=BLOCK_ELEMENTS):
+def chunk_pure_infsa(q, k, v, scale=None, eps=1e-6, block_elements=BLOCK_ELEMENTS):
     """Pure InfSA on (B, heads, N, d) with O(block) extra memory; see module doc."""
     scale = q.shape[-1]**-0.5 if scale is None else float(scale)
-    if is_tracing():
-        return _single_block_pure_infsa(q, k, v, scale, eps)
-    return _ChunkPureInfSA.apply(q, k, v, scale, eps, block_elements)
+    if not is_tracing():
+        return _ChunkPureInfSA.apply(q, k, v, scale, eps, block_elements)
+    # one block: R normalised by its Frobenius norm (in at least fp32) before R V
+    attn = torch.relu(q @ k.transpose(-2, -1) * scale)
+    norm = attn.to(torch.promote_types(q.dtype, torch.float32)).square().sum((-2, -1))
+    return (attn * (1 / (norm.sqrt() + eps)).to(attn.dtype)[..., None, None]) @ v

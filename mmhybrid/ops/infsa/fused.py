@@ -14,12 +14,7 @@ query before any score, so two passes is the floor):
 Every input is read once per pass and every gradient written once; nothing of
 size N x d is stored between forward and backward. Inputs may be any strided
 (B, H, N, d) view (e.g. head views of a (B, N, C) projection): no copies.
-
-``TRITON_INTERPRET=1`` set before Triton is imported runs the kernels in Triton's
-interpreter on CPU tensors (tests; see tests/_triton.py). The forward and backward
-are ``torch.library`` custom ops (``mmhybrid::linear_infsa_forward`` /
-``linear_infsa_backward``) with fake kernels and a registered autograd formula, so
-``torch.compile`` and ``torch.export`` see through them.
+Custom ops ``mmhybrid::linear_infsa_forward`` / ``_backward`` (:mod:`..triton_tiles`).
 """
 from typing import Optional
 
@@ -27,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..token_tiling import TokenTiling
-from ..triton_tiles import INTERPRETED, head_pointer, load_tile, store_tile
+from ..triton_tiles import (TL_DTYPES, TokenTiling, acc_dtype, head_pointer,  # noqa: F401
+                            load_tile, require_usable, store_tile, triton_unusable_reason)
 
 @triton.jit
 def _energy_kernel(q_ptr, part_e_ptr, part_m_ptr, N, D, H,
@@ -137,8 +132,7 @@ def _query_grad_kernel(q_ptr, grad_m_ptr, grad_e_ptr, dq_ptr, N, D, H,
 def _tiling(q, v, block_n, rows_per_program):
     """The token tiling and the launch arguments shared by the four kernels."""
     cfg = TokenTiling(q, (q.shape[-1], v.shape[-1]), block_n, rows_per_program)
-    ACC = tl.float64 if cfg.acc == torch.float64 else tl.float32
-    return cfg, dict(ACC=ACC, BLOCK_N=cfg.block_n, BLOCK_D=cfg.blocks[0])
+    return cfg, dict(ACC=TL_DTYPES[cfg.acc], BLOCK_N=cfg.block_n, BLOCK_D=cfg.blocks[0])
 
 
 @torch.library.custom_op('mmhybrid::linear_infsa_forward', mutates_args=())
@@ -171,9 +165,7 @@ def linear_infsa_forward(q: torch.Tensor, k: Optional[torch.Tensor], v: torch.Te
 
 @linear_infsa_forward.register_fake
 def _(q, k, v, eps, block_n=None, rows_per_program=None):
-    B, H, N, D = q.shape
-    DV = v.shape[-1]
-    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    (B, H, N, D), DV, acc = q.shape, v.shape[-1], acc_dtype(q)
     return (v.new_empty(B, H, 1, DV), q.new_empty(B * H, dtype=acc),
             q.new_empty(B * H, D, dtype=acc), q.new_empty(B * H, dtype=acc),
             q.new_empty(B * H, DV, dtype=acc))
@@ -233,32 +225,10 @@ def _backward(ctx, grad_context, *unused):
 linear_infsa_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
-def triton_unusable_reason(q, k, v):
-    """Why the Triton kernels cannot take these tensors (a sentence), or None."""
-    tensors = (q, v) if k is None or k is q else (q, k, v)
-    if not INTERPRETED and not all(t.is_cuda for t in tensors):
-        return (f'the tensors are on {q.device.type}; the Triton kernels need CUDA '
-                f'tensors (or TRITON_INTERPRET=1 set before importing triton)')
-    if len({t.dtype for t in tensors}) > 1:
-        return 'q, k and v have different dtypes'
-    return None
-
-
 def triton_linear_infsa_context(q, k, v, eps=1e-6, block_n=None,
                                 rows_per_program=None):
-    r"""Pooled value context :math:`h` of Eq. 21: (B, heads, 1, dv), fused passes.
-
-    Args:
-        q, k: (B, heads, N, d); ``k=None`` (or ``k is q``) is the tied form.
-        v: (B, heads, N, dv). All of one dtype (fp16/bf16/fp32/fp64).
-        block_n, rows_per_program: tile rows and rows per program (tests; by
-            default sized to fill the GPU).
-    Returns:
-        The context in the dtype of ``v``, accumulated in float32 (float64 for
-        float64 inputs).
-    """
-    reason = triton_unusable_reason(q, k, v)
-    if reason is not None:
-        raise RuntimeError(f'Linear InfSA triton backend: {reason}')
+    """:func:`mmhybrid.ops.infsa.linear_infsa_context` with the fused passes, on
+    q, k, v of one dtype; ``block_n``, ``rows_per_program`` force the tiling (tests)."""
+    require_usable('linear_infsa', q, k, v)
     return linear_infsa_forward(q, None if k is q else k, v, eps, block_n,
                                 rows_per_program)[0]

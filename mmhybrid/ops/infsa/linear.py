@@ -27,21 +27,8 @@ size: there the per-batch-element loops become single broadcast ops.
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..head_matmul import head_matmul
+from ..heads import head_matmul
 from ..tracing import is_tracing
-
-
-def _acc_dtype(x):
-    """fp32 for half types, the input dtype otherwise (float64 stays float64)."""
-    return torch.promote_types(x.dtype, torch.float32)
-
-
-def _energy(q, dtype):
-    """Token energies ``||Q_i||`` (Eq. 16) in ``dtype``: (B, H, N)."""
-    if is_tracing():
-        return torch.linalg.vector_norm(q, dim=-1, dtype=dtype)
-    return torch.stack([torch.linalg.vector_norm(x, dim=-1, dtype=dtype)
-                        for x in q.unbind(0)])
 
 
 def _matmul(a, b, dtype):
@@ -61,16 +48,25 @@ def _project(x, vec):
     return _matmul(x, vec[..., None], vec.dtype).squeeze(-1)
 
 
+def _scores(q, keys, eps):
+    """Energies ``e`` (Eq. 16), ``E + eps``, the central query (Eq. 17-18) and the
+    scores ``s`` (Eq. 19), in at least float32 (fp64 stays fp64)."""
+    acc = torch.promote_types(q.dtype, torch.float32)
+    if is_tracing():
+        energy = torch.linalg.vector_norm(q, dim=-1, dtype=acc)
+    else:  # one batch element at a time: no float32 copy of a half q
+        energy = torch.stack([torch.linalg.vector_norm(x, dim=-1, dtype=acc)
+                              for x in q.unbind(0)])
+    energy_norm = energy.sum(-1, keepdim=True) + eps
+    central = _weighted_sum(energy, q) / energy_norm
+    return energy, energy_norm, central, torch.relu(_project(keys, central))
+
+
 def _context(q, k, v, eps):
     """The context (B, H, 1, dv) in the dtype of ``v`` and what the backward keeps."""
-    keys = q if k is None else k
-    acc = _acc_dtype(q)
     # autocast would run the float32 reductions in half precision
     with torch.autocast(q.device.type, enabled=False):
-        energy = _energy(q, acc)
-        energy_norm = energy.sum(-1, keepdim=True) + eps
-        central = _weighted_sum(energy, q) / energy_norm
-        scores = torch.relu(_project(keys, central))
+        energy, energy_norm, central, scores = _scores(q, q if k is None else k, eps)
         score_norm = scores.sum(-1, keepdim=True) + eps
         context = _weighted_sum(scores, v) / score_norm
     return context.to(v.dtype)[..., None, :], (energy, energy_norm, central, scores,
@@ -111,14 +107,7 @@ class _LinearInfSA(torch.autograd.Function):
 
 
 def torch_linear_infsa_context(q, k, v, eps=1e-6):
-    r"""Pooled value context :math:`h` of Eq. 21 per (batch, head): (B, heads, 1, dv).
-
-    Args:
-        q, k: (B, heads, N, d); ``k=None`` (or ``k is q``) is the paper's tied form.
-        v: (B, heads, N, dv).
-    Returns:
-        The context in the dtype of ``v``, accumulated in at least float32.
-    """
+    """:func:`mmhybrid.ops.infsa.linear_infsa_context` in PyTorch."""
     k = None if k is q else k
     if (torch.is_grad_enabled() and not torch.jit.is_tracing()
             and any(x is not None and x.requires_grad for x in (q, k, v))):
@@ -139,7 +128,5 @@ def linear_infsa_weights(q, k, eps=1e-6):
     Returns:
         (B, heads, N), non-negative, each row sums to 1 (or 0 if all scores are 0).
     """
-    energy = _energy(q, _acc_dtype(q))
-    central = _weighted_sum(energy, q) / (energy.sum(-1, keepdim=True) + eps)
-    scores = torch.relu(_project(k, central))
+    scores = _scores(q, k, eps)[-1]
     return scores / (scores.sum(-1, keepdim=True) + eps)

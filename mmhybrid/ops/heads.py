@@ -1,5 +1,16 @@
-"""Matrix products over (B, heads) batches of head views, without copies."""
+"""(B, heads, N, d) head views: the shape check of the attention ops and matrix
+products over (B, heads) batches without copies."""
 import torch
+
+
+def check_heads(q, k, v):
+    """Raise unless q, k are (B, heads, N, d) and v (B, heads, N, dv); ``k=None``
+    (the tied form of some ops) is not checked."""
+    if (q.dim() != 4 or q.shape[:3] != v.shape[:3]
+            or (k is not None and k.shape != q.shape)):
+        raise ValueError(f'q, k must be (B, heads, N, d) and v (B, heads, N, dv); got '
+                         f'{tuple(q.shape)}, {k if k is None else tuple(k.shape)}, '
+                         f'{tuple(v.shape)}')
 
 
 def head_matmul(a, b, dtype=None):
