@@ -17,8 +17,9 @@ if not os.environ.get('PYTHONPATH'):  # this checkout's mmhybrid, not an install
 SUITES = ('backbones', 'ops', 'attention', 'infvit', 'sd')
 
 
-def parse_args(argv=None):
+def main(argv=None):
     import torch
+    from common import malloc_env, malloc_mode
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument('--suite', choices=SUITES)
     suite = pre.parse_known_args(argv)[0].suite
@@ -27,31 +28,21 @@ def parse_args(argv=None):
     p.add_argument('--device', choices=['cpu', 'cuda'],
                    default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--threads', type=int, default=1, help='CPU threads')
-    p.add_argument('--repeat', type=int, default=None,
-                   help='timed calls after a warm-up (default 3, or the suite\'s)')
-    p.add_argument('--dtype', default=None, help='default: the suite\'s for the device')
-    p.add_argument('--malloc', choices=['default', 'tuned'], default=None,
+    p.add_argument('--repeat', type=int, help='timed calls after a warm-up (default 3)')
+    p.add_argument('--dtype', help='default: the suite\'s for the device')
+    p.add_argument('--malloc', choices=['default', 'tuned'],
                    help='glibc allocator setting (default: as this process started)')
-    p.add_argument('--out', default=None, help='default: work_dirs/benchmarks/SUITE')
+    p.add_argument('--out', help='default: work_dirs/benchmarks/SUITE')
     p.add_argument('--single', help=argparse.SUPPRESS)  # one case, JSON in and out
     module = importlib.import_module(suite) if suite else None
     if module:
         module.add_arguments(p.add_argument_group(f'suite {suite}'))
     args = p.parse_args(argv)
-    args.out = args.out or osp.join('work_dirs', 'benchmarks', args.suite)
-    if args.repeat is None:
-        args.repeat = getattr(module, 'REPEAT', 3)
-    return args, module
-
-
-def main(argv=None):
-    args, module = parse_args(argv)
-    import torch
-    from common import malloc_env, malloc_mode
     if args.malloc not in (None, malloc_mode()) and args.single is None:
         # glibc reads its variables once, at start-up: restart with them
         os.execve(sys.executable, [sys.executable] + sys.argv, malloc_env(args.malloc))
-    args.malloc = malloc_mode()
+    args.malloc, args.out = malloc_mode(), args.out or f'work_dirs/benchmarks/{suite}'
+    args.repeat = getattr(module, 'REPEAT', 3) if args.repeat is None else args.repeat
     if args.device == 'cpu':
         torch.set_num_threads(args.threads)
         args.device_name = f'CPU ({os.cpu_count()} cores), {args.threads} thread(s)'
