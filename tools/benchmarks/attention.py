@@ -1,6 +1,8 @@
 """GLOBAL / LOCAL / EFFATT / ELFATT layers (qkv, attention, LePE, proj) at the
 stage-1 width of CSWin-T (stripes of 1) or Swin-T (7x7 windows) against tokens;
 on the CPU only the two smallest maps unless ``--full``."""
+import math
+
 import torch
 
 from common import fwd_bwd, report, torch_dtype
@@ -48,8 +50,7 @@ def main(args):
             print(f"  {kind} {rows[-1]['map']}: {rows[-1]['fwd_bwd_ms']:.1f} ms", flush=True)
     glob = {r['tokens']: r['fwd_bwd_ms'] for r in rows if r['attention'] == 'global'}
     for r in rows:
-        r['speedup_vs_global'] = glob[r['tokens']] / r['fwd_bwd_ms'] if r['tokens'] in \
-            glob else None
+        r['speedup_vs_global'] = glob.get(r['tokens'], math.nan) / r['fwd_bwd_ms']
     title = (f'{args.backbone} stage 1 (channels, heads {WIDTHS[args.backbone]}), batch '
              f'{args.batch}, {str(dtype)[6:]}, {args.device_name}'
              f'{" [reduced]" if reduced else ""}; torch {torch.__version__}')

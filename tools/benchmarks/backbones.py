@@ -129,23 +129,18 @@ def single(case, args):
     return row
 
 
-def cases(args):
-    """(mode, model, size, batch) of the run."""
-    if args.device == 'cuda':
-        return [(mode, m, (h, w), args.train_batch or 8 if mode == 'train' else 1)
-                for mode, h, w in GPU_CASES for m in args.models]
-    sizes = [(s, m) for s in args.sizes for m in args.models]
-    sizes += [(s, m) for s in args.large_sizes for m in args.models if m in LINEAR]
-    train = [('train', m, (args.train_size, ) * 2, args.train_batch or 2)
-             for m in args.models if args.train_size]
-    return [('backbone', m, (s, s), 1) for s, m in sizes] + train
-
-
 def main(args):
     variants = {k: osp.abspath(v) for k, v in (
         a.split('=', 1) for a in args.compare or [f'this={ROOT}'])}
     mallocs, rows = args.malloc_modes or [args.malloc], []
-    for mode, model, (h, w), batch in cases(args):
+    cases = [(mode, m, (h, w), args.train_batch or 8 if mode == 'train' else 1)
+             for mode, h, w in GPU_CASES for m in args.models]  # (mode, model, size, batch)
+    if args.device == 'cpu':
+        cases = [('backbone', m, (s, s), 1) for s in args.sizes for m in args.models] + [
+            ('backbone', m, (s, s), 1) for s in args.large_sizes for m in LINEAR
+            if m in args.models] + [('train', m, (args.train_size, ) * 2, args.train_batch
+                                     or 2) for m in args.models if args.train_size]
+    for mode, model, (h, w), batch in cases:
         for malloc in mallocs:
             for i, (variant, root) in enumerate(variants.items()):
                 if i and args.compare_models and model not in args.compare_models:
@@ -155,10 +150,7 @@ def main(args):
                             extras=mode == 'backbone' and not args.no_extras and
                             malloc == mallocs[0])
                 env = malloc_env(malloc, PYTHONPATH=root, OMP_NUM_THREADS=str(args.threads))
-                r = run_child('backbones', case, [
-                    '--device', args.device, '--threads', str(args.threads), '--repeat',
-                    str(args.repeat), '--dtype', str(torch_dtype(args))[6:]],
-                    args.time_cap, env)
+                r = run_child(case, args.time_cap, env)
                 rows.append(dict(variant=variant, malloc=malloc, model=model, mode=mode,
                                  size=f'{h}x{w}', pixels=h * w, batch=batch, **r))
                 print(f'  {variant} {malloc} {model} {mode} {h}x{w}: '

@@ -1,6 +1,5 @@
 """What every suite shares: timing, peak memory, the allocator setting, cases in
 child processes, tables, CSV and plots."""
-import contextlib
 import json
 import math
 import os
@@ -39,37 +38,19 @@ def torch_dtype(args, cuda='bfloat16'):
         name, name))
 
 
-def sync(device):
-    if device.startswith('cuda'):
-        torch.cuda.synchronize()
-
-
 def min_time(fn, repeat, device, warmup=1):
     """Minimum seconds of ``repeat`` calls of ``fn`` after ``warmup`` calls."""
+    sync = torch.cuda.synchronize if device.startswith('cuda') else lambda: None
     for _ in range(warmup):
         fn()
     best = math.inf
     for _ in range(repeat):
-        sync(device)
+        sync()
         start = time.perf_counter()
         fn()
-        sync(device)
+        sync()
         best = min(best, time.perf_counter() - start)
     return best
-
-
-@contextlib.contextmanager
-def _quiet_fd2():
-    """Silence file descriptor 2: the profiler's C++ side logs past sys.stderr."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(os.devnull, 'w') as null:
-        os.dup2(null.fileno(), 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def peak_mib(fn, device):
@@ -83,14 +64,20 @@ def peak_mib(fn, device):
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
     from torch.profiler import ProfilerActivity, profile
+    sys.stderr.flush()  # silence fd 2: the profiler's C++ side logs past sys.stderr
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
     try:
-        with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU],
-                                   profile_memory=True) as prof:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             fn()
         events = sorted((e for e in prof.profiler.kineto_results.events()
                          if e.name() == '[memory]'), key=lambda e: e.start_ns())
     except Exception:  # profiler internals differ across torch versions
         return math.nan
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
     current = peak = 0
     for event in events:
         current += event.nbytes()
@@ -129,14 +116,14 @@ def fwd_bwd(fn, inputs, params, args):
     return row
 
 
-def run_child(suite, case, argv, time_cap=None, env=None):
-    """``case`` (a JSON-able dict) of ``suite`` in a fresh process: its own peak
-    memory, and an OOM or a run past ``time_cap`` s is a status, not a crash.
-    ``env`` defaults to this one with this checkout first on ``PYTHONPATH``."""
+def run_child(case, time_cap=None, env=None):
+    """``case`` (a JSON-able dict) in a fresh process with this one's options: its
+    own peak memory, and an OOM or a run past ``time_cap`` s is a status, not a
+    crash. ``env`` defaults to this one with this checkout first on ``PYTHONPATH``."""
     env = env or dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (ROOT, os.environ.get('PYTHONPATH')) if p))
     cmd = [sys.executable, osp.join(ROOT, 'tools', 'benchmarks', 'run.py'),
-           '--suite', suite, '--single', json.dumps(case), *argv]
+           *sys.argv[1:], '--single', json.dumps(case)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                               timeout=time_cap)
@@ -150,20 +137,15 @@ def run_child(suite, case, argv, time_cap=None, env=None):
     return dict(json.loads(lines[-1]), status='ok')
 
 
-def fmt(value, spec):
-    if value is None or value != value:
-        return '-'
-    return format(value, spec) if isinstance(value, (int, float)) else str(value)
-
-
 def report(args, stem, title, rows, columns, x, ys, series):
     """Print ``title`` and the markdown table of ``rows`` (``columns``: (header,
     key, format) triples), write them to ``args.out/stem.csv`` and plot each
     ``ys`` key against ``x`` (log-log, a line per value of ``series(row)``) to
     ``stem.png``."""
-    lines = ['| ' + ' | '.join(c[0] for c in columns) + ' |', '|' + '---|' * len(columns)]
-    table = '\n'.join(lines + ['| ' + ' | '.join(fmt(r.get(k), f) for _, k, f in columns)
-                               + ' |' for r in rows])
+    cells = [[c[0] for c in columns], ['---'] * len(columns)] + [
+        ['-' if r.get(k) is None or r[k] != r[k] else format(r[k], f)
+         for _, k, f in columns] for r in rows]
+    table = '\n'.join('| ' + ' | '.join(c) + ' |' for c in cells)
     print(f'\n{title}\n{table}')
     path = osp.join(args.out, stem)
     write_csv(rows, path + '.csv', list(dict.fromkeys(k for r in rows for k in r)))

@@ -39,13 +39,10 @@ def single(case, args):
 
 def main(args):
     rows, dtype = [], str(torch_dtype(args, cuda='float32'))[6:]
-    argv = ['--device', args.device, '--threads', str(args.threads), '--repeat',
-            str(args.repeat), '--dtype', dtype, '--depth', args.depth, '--batch',
-            str(args.batch)]
     for res in args.resolutions:
         for name in args.models:
             if name == 'linear' or res <= args.quadratic_max:
-                row = run_child('infvit', dict(model=name, res=res), argv)
+                row = run_child(dict(model=name, res=res))
                 rows.append(dict(model=f'{name}-{args.depth}l', res=res,
                                  tokens=(-(-res // 16))**2, **row))
                 print(f"  {name} @ {res}: {row.get('latency_ms', row['status'])} ms",

@@ -35,11 +35,8 @@ def add_arguments(p):
 
 def make_case(op, backend, B, hw, C, heads, device, dtype):
     """(function of the tensors, tensors, parameters with gradients, MACs)."""
-    from mmhybrid.analysis import (delta_rule_macs, historical_attention_macs,
-                                   sliding_window_macs, wkv_macs)
-    from mmhybrid.ops import (bi_wkv, block_attention, effatt, gated_delta_rule,
-                              historical_attention, linear_infsa,
-                              sliding_window_attention)
+    from mmhybrid import analysis as A
+    from mmhybrid import ops as O
     N, d, kw = hw[0] * hw[1], C // heads, {'backend': backend} if backend else {}
 
     def rand(*shape, dtype=dtype):
@@ -48,30 +45,29 @@ def make_case(op, backend, B, hw, C, heads, device, dtype):
     if op == 'wkv':
         w = ((torch.rand(C, device=device) * 8 - 5) / N).requires_grad_()
         u = torch.full((C, ), -1.2 / N, device=device).requires_grad_()
-        return (lambda k, v: bi_wkv(w, u, k, v, **kw), [rand(B, N, C), rand(B, N, C)],
-                [w, u], wkv_macs(B, N, C))
+        return (lambda k, v: O.bi_wkv(w, u, k, v, **kw), [rand(B, N, C), rand(B, N, C)],
+                [w, u], A.wkv_macs(B, N, C))
     if op == 'gdn':
         t = [rand(2 * B, N, heads, d) for _ in range(3)]
         t += [(-0.1 * torch.rand(2 * B, N, heads, device=device)).requires_grad_(),
               torch.rand(2 * B, N, heads, device=device, dtype=dtype).requires_grad_()]
-        return (lambda *t: gated_delta_rule(*t, use_qk_l2norm_in_kernel=True, **kw)[0],
-                t, [], delta_rule_macs(2 * B, N, heads, d, d))
+        return (lambda *t: O.gated_delta_rule(*t, use_qk_l2norm_in_kernel=True, **kw)[0],
+                t, [], A.delta_rule_macs(2 * B, N, heads, d, d))
     qkv = [rand(B, heads, N, d) for _ in range(3)]
     if op == 'swa':
-        return (lambda *t: sliding_window_attention(*t, hw, 7, **kw), qkv, [],
-                sliding_window_macs(B, heads, hw, (7, 7), d, d))
+        return (lambda *t: O.sliding_window_attention(*t, hw, 7, **kw), qkv, [],
+                A.sliding_window_macs(B, heads, hw, (7, 7), d, d))
     if op == 'historical':  # the new history is an output, as inside a chain
         history = rand(B, heads, N, N, dtype=torch.float32)
-        return (lambda q, k, v: historical_attention(q, k, v, history, **kw), qkv,
-                [history], sum(historical_attention_macs(B, heads, N, d, d).values()))
+        return (lambda q, k, v: O.historical_attention(q, k, v, history, **kw), qkv,
+                [history], sum(A.historical_attention_macs(B, heads, N, d, d).values()))
     h = max(heads // 2, 1)
-    fn = {'effatt': lambda *t: effatt(*t, **kw), 'sdpa': F.scaled_dot_product_attention,
-          'infsa': lambda *t: linear_infsa(*t, **kw),  # ELFATT Eq. 8:
-          'elfatt': lambda q, k, v: torch.cat((effatt(q[:, :h], k[:, :h], v[:, :h]),
-                                               block_attention(q[:, h:], k[:, h:],
-                                                               v[:, h:], 49)), 1)}[op]
-    from mmhybrid.analysis import FlopCounter
-    with FlopCounter(torch.nn.Module()) as counter, torch.no_grad():
+    fn = {'effatt': lambda *t: O.effatt(*t, **kw), 'sdpa': F.scaled_dot_product_attention,
+          'infsa': lambda *t: O.linear_infsa(*t, **kw),  # ELFATT Eq. 8:
+          'elfatt': lambda q, k, v: torch.cat((
+              O.effatt(q[:, :h], k[:, :h], v[:, :h]),
+              O.block_attention(q[:, h:], k[:, h:], v[:, h:], 49)), 1)}[op]
+    with A.FlopCounter(torch.nn.Module()) as counter, torch.no_grad():
         fn(*qkv)  # matmuls and SDPA calls counted
     return fn, qkv, [], counter.result.total()
 
