@@ -23,14 +23,13 @@ def add_arguments(p):
 def build(kind, args):
     from mmhybrid.layers import (CrossShapedWindowAttention, ELFATTAttention,
                                  ShiftedWindowAttention, SoftmaxAttention)
-    dims, heads = WIDTHS[args.backbone]
+    d, h = WIDTHS[args.backbone]
     if kind == 'global':
-        return SoftmaxAttention(dims, heads, lepe=True)
-    if kind == 'local' and args.backbone == 'cswin':
-        return CrossShapedWindowAttention(dims, heads, split_size=1)
+        return SoftmaxAttention(d, h, lepe=True)
     if kind == 'local':
-        return ShiftedWindowAttention(dims, heads, window_size=7, shift=True)
-    return ELFATTAttention(dims, heads, block_size=args.block_size,
+        return CrossShapedWindowAttention(d, h, split_size=1) if args.backbone == 'cswin' \
+            else ShiftedWindowAttention(d, h, window_size=7, shift=True)
+    return ELFATTAttention(d, h, block_size=args.block_size,
                            global_ratio=1. if kind == 'effatt' else 0.5)
 
 

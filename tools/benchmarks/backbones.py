@@ -2,6 +2,7 @@
 per case. CPU: backbone forward per size (ms, ratio, GMACs, GMAC/s, time exponent
 vs pixels from the smallest size, global softmax share) and one UPerNet training
 step; GPU: the whole UPerNet, training (AMP) and whole-image inference."""
+import importlib
 import math
 import os.path as osp
 import time
@@ -33,17 +34,13 @@ def add_arguments(p):
     p.add_argument('--models', nargs='+', choices=list(MODELS), default=[
         'sola-t', 'swin-t-elfatt', 'cswin-t-elfatt', 'infinitevl-t',
         'infvit-linear-4l', REFERENCE])
-    p.add_argument('--sizes', type=int, nargs='+', default=[512, 1024],
-                   help='CPU: square input sizes')
-    p.add_argument('--large-sizes', type=int, nargs='*', default=[],
-                   help=f'CPU: more sizes for {", ".join(LINEAR)}')
-    p.add_argument('--train-size', type=int, default=256,
-                   help='CPU: UPerNet training step input (0: none)')
+    p.add_argument('--sizes', type=int, nargs='+', default=[512, 1024], help='CPU inputs')
+    p.add_argument('--large-sizes', type=int, nargs='*', default=[], help=f'for {LINEAR}')
+    p.add_argument('--train-size', type=int, default=256, help='CPU train step; 0: none')
     p.add_argument('--train-batch', type=int, default=None, help='2 on CPU, 8 on GPU')
     p.add_argument('--malloc-modes', nargs='+', choices=['default', 'tuned'],
                    help='run every case with each allocator setting')
-    p.add_argument('--compare', nargs='+', metavar='NAME=PATH',
-                   help='run every case with each of these checkouts')
+    p.add_argument('--compare', nargs='+', metavar='NAME=PATH', help='checkouts to run')
     p.add_argument('--compare-models', nargs='+',
                    help='models run with every --compare checkout (others: the first)')
     p.add_argument('--no-extras', action='store_true', help='CPU: no MACs, no hooks')
@@ -52,41 +49,28 @@ def add_arguments(p):
 
 def build_segmentor(name, root):
     """The config's UPerNet, no pretrained weights, plain BatchNorm."""
-    import importlib
-
     import mmhybrid  # noqa: F401  (registers our modules)
-    from mmengine.config import Config
     from mmengine.model import revert_sync_batchnorm
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS as SEG_MODELS
+    from mmseg.apis import init_model
     path = MODELS[name]
     if '::' in path:  # the package's shipped configs
         package, path = path.split('::')
         root = osp.join(osp.dirname(importlib.import_module(package).__file__),
                         '.mim', 'configs')
-    cfg = Config.fromfile(osp.join(root, path))
-    init_default_scope('mmseg')
-    cfg.model.pretrained = None
-    cfg.model.backbone.init_cfg = None
-    return revert_sync_batchnorm(SEG_MODELS.build(cfg.model))
+    return revert_sync_batchnorm(init_model(osp.join(root, path), device='cpu'))
 
 
 def global_softmax_share(module, x):
     """Share of one forward spent inside global softmax mixers (CPU ops are
     synchronous: the wall time between hooks is theirs)."""
-    spent, starts = [0.], []
-    mixers = [m for m in module.modules() if type(m).__name__ in GLOBAL_SOFTMAX]
-    handles = [h for m in mixers for h in (
-        m.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter())),
-        m.register_forward_hook(lambda *_: spent.append(time.perf_counter() -
-                                                        starts.pop())))]
-    try:
-        with torch.inference_mode():
-            total = min_time(lambda: module(x), 1, 'cpu', warmup=0)
-    finally:
-        for h in handles:
-            h.remove()
-    return sum(spent) / total if mixers else None
+    spent, starts = [], []
+    hooks = [(m.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter())),
+              m.register_forward_hook(lambda *_: spent.append(time.perf_counter() -
+                                                              starts.pop())))
+             for m in module.modules() if type(m).__name__ in GLOBAL_SOFTMAX]
+    with torch.inference_mode():
+        total = min_time(lambda: module(x), 1, 'cpu', warmup=0)
+    return sum(spent) / total if hooks else None  # the last use of the module
 
 
 def single(case, args):

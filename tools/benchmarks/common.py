@@ -1,5 +1,6 @@
 """What every suite shares: timing, peak memory, the allocator setting, cases in
 child processes, tables, CSV and plots."""
+import itertools
 import json
 import math
 import os
@@ -14,9 +15,8 @@ import torch
 from mmhybrid.utils.results import write_csv
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-# glibc serves blocks above its mmap threshold (<= 32 MB) with fresh mmaps that are
-# page-faulted in on every call; these keep freed memory in the heap instead
-# (docs/benchmarks.md, "The allocator")
+# glibc page-faults in fresh mmaps for blocks above its mmap threshold (<= 32 MB) on
+# every call; these keep freed memory in its heap (docs/benchmarks.md, "The allocator")
 TUNED_MALLOC = {'MALLOC_MMAP_MAX_': '0', 'MALLOC_TRIM_THRESHOLD_': '100000000000'}
 
 
@@ -78,11 +78,7 @@ def peak_mib(fn, device):
         os.dup2(saved, 2)
         os.close(saved)
         os.close(null)
-    current = peak = 0
-    for event in events:
-        current += event.nbytes()
-        peak = max(peak, current)
-    return peak / 2**20
+    return max(itertools.accumulate(e.nbytes() for e in events), default=0) / 2**20
 
 
 def process_peak_mib(device):
@@ -95,11 +91,7 @@ def process_peak_mib(device):
 def fwd_bwd(fn, inputs, params, args):
     """Forward (no grad) and forward + backward (random output gradients, every
     input and parameter gets one) ms, and the peak MiB of one forward + backward."""
-    grads = []
-
-    def forward():
-        with torch.no_grad():
-            fn(*inputs)
+    grads, forward = [], torch.no_grad()(lambda: fn(*inputs))
 
     def forward_backward():
         outs = fn(*inputs)
@@ -138,10 +130,8 @@ def run_child(case, time_cap=None, env=None):
 
 
 def report(args, stem, title, rows, columns, x, ys, series):
-    """Print ``title`` and the markdown table of ``rows`` (``columns``: (header,
-    key, format) triples), write them to ``args.out/stem.csv`` and plot each
-    ``ys`` key against ``x`` (log-log, a line per value of ``series(row)``) to
-    ``stem.png``."""
+    """Print the table of ``rows`` (``columns``: (header, key, format)), write
+    ``stem.csv`` and plot ``ys`` against ``x``, a line per ``series(row)``."""
     cells = [[c[0] for c in columns], ['---'] * len(columns)] + [
         ['-' if r.get(k) is None or r[k] != r[k] else format(r[k], f)
          for _, k, f in columns] for r in rows]

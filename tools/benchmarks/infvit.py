@@ -9,8 +9,7 @@ REPEAT = 1
 
 
 def add_arguments(p):
-    p.add_argument('--depth', default='4', choices=['4', '24', 'b'],
-                   help='4 / 24 layers (width 1024) or ViT-B size')
+    p.add_argument('--depth', default='4', choices=['4', '24', 'b'], help='layers or ViT-B')
     p.add_argument('--models', nargs='+', default=list(MODELS), choices=list(MODELS))
     p.add_argument('--resolutions', type=int, nargs='+', default=[224, 512, 1024, 2048])
     p.add_argument('--quadratic-max', type=int, default=1024,
@@ -53,9 +52,8 @@ def main(args):
         if r['status'] == 'ok' and r['res'] in vit:
             r['speedup_vs_vit'] = vit[r['res']]['latency_ms'] / r['latency_ms']
             r['mem_vs_vit'] = r['peak_mb'] / vit[r['res']]['peak_mb']
-    peak = 'max allocated' if args.device == 'cuda' else 'process RSS'
     title = (f'InfViT {args.depth}L inference, batch {args.batch}, {dtype}, '
-             f'{args.device_name}; peak = {peak}; torch {torch.__version__}')
+             f'{args.device_name}; torch {torch.__version__}')
     columns = [('model', 'model', ''), ('res', 'res', 'd'), ('tokens', 'tokens', 'd'),
                ('latency ms', 'latency_ms', '.1f'), ('img/s', 'img_per_s', '.2f'),
                ('peak MB', 'peak_mb', '.0f'), ('speed-up vs ViT', 'speedup_vs_vit', '.2f'),

@@ -91,7 +91,7 @@ def rates(row, gmacs, linear, unit_bytes, bandwidth, io):
 
 def main(args):
     cuda, dtype = args.device == 'cuda', torch_dtype(args)
-    rows, skipped, linears, bandwidth = [], {}, {}, None
+    rows, linears, bandwidth = [], {}, None
     if cuda:  # bytes/s of a device-to-device copy of 1 GiB
         src = torch.empty(2**28, device=args.device)
         bandwidth = 2 * src.nbytes / min_time(lambda: src.clone(), 5, args.device)
@@ -112,17 +112,16 @@ def main(args):
             names = [None] + ['torch'] * (cuda and op in ('wkv', 'gdn', 'effatt', 'infsa'))
             for backend in names + ['naive'] * (args.naive and op in NAIVE):
                 name = op + (f'-{backend}' if backend else '')
-                if (op in QUADRATIC or backend == 'naive') and \
-                        N > args.max_quadratic_tokens:
-                    skipped[name] = f'O(N^2) above {args.max_quadratic_tokens} tokens'
-                    continue
                 try:
+                    if (op in QUADRATIC or backend == 'naive') and \
+                            N > args.max_quadratic_tokens:
+                        raise ValueError(f'O(N^2) above {args.max_quadratic_tokens} tokens')
                     fn, tensors, params, macs = make_case(op, backend, B, hw, C, heads,
                                                           args.device, dtype)
                     row = dict(op=name, **shape, heads=heads,
                                **fwd_bwd(fn, tensors, params, args))
                 except (ImportError, ValueError, RuntimeError) as e:
-                    skipped[name] = f'{type(e).__name__}: {str(e)[:100]}'
+                    print(f'  skipped {name} stage {stage}: {str(e)[:100]}')
                     continue
                 rows.append(rates(row, macs / 1e9, linear, unit, bandwidth,
                                   IO.get(op, (4, 11))))
@@ -147,5 +146,3 @@ def main(args):
            [c for c in columns if any(c[1] in r for r in rows)], 'tokens',
            {f'{phase}_ms': f'{phase} [ms]', f'{phase}_gmac_s': f'{phase} GMAC/s'},
            lambda r: r['op'])
-    for name, reason in skipped.items():
-        print(f'skipped {name}: {reason}')

@@ -1,8 +1,7 @@
 """One runner for every benchmark: ``run.py --suite NAME [options]``.
 
-A suite is a module of this folder (``--suite NAME --help`` lists its options);
-each prints a table and writes CSV and PNG under ``--out``. docs/benchmarks.md
-has the commands and figures."""
+A suite is a module of this folder (``--suite NAME --help``: its options); each
+prints a table and writes CSV and PNG under ``--out`` (docs/benchmarks.md)."""
 import argparse
 import importlib
 import json
@@ -10,10 +9,9 @@ import os
 import os.path as osp
 import sys
 
-HERE = osp.dirname(osp.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 if not os.environ.get('PYTHONPATH'):  # this checkout's mmhybrid, not an installed one
-    sys.path.insert(1, osp.dirname(osp.dirname(HERE)))
+    sys.path.insert(1, osp.dirname(osp.dirname(sys.path[0])))
 SUITES = ('backbones', 'ops', 'attention', 'infvit', 'sd')
 
 

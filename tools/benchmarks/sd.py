@@ -23,10 +23,8 @@ REPEAT = None  # DEFAULTS' or REDUCED's
 
 
 def add_arguments(p):
-    p.add_argument('--unet-latents', type=int, nargs='*',
-                   help='latent sizes of the unet scope (image = 8x latent)')
-    p.add_argument('--attn-latents', type=int, nargs='*',
-                   help='latent sizes of the attention scope')
+    p.add_argument('--unet-latents', type=int, nargs='*', help='image = 8x latent')
+    p.add_argument('--attn-latents', type=int, nargs='*')
     p.add_argument('--batch', type=int, help='images per call (x2 for CFG)')
     p.add_argument('--ratios', type=float, nargs='+', help='merge ratios')
     p.add_argument('--block-sizes', type=int, nargs='+',
@@ -111,7 +109,7 @@ def run(scope, unet, scheduler, latent, args, dtype):
 
 
 def main(args):
-    for key, value in DEFAULTS.items():
+    for key in DEFAULTS:  # the options not given
         if getattr(args, key) is None:
             setattr(args, key, (REDUCED if args.reduced else DEFAULTS)[key])
     from diffusers import DDIMScheduler, UNet2DConditionModel
