@@ -138,7 +138,7 @@ def main(args):
                 rows.append(dict(variant=variant, malloc=malloc, model=model, mode=mode,
                                  size=f'{h}x{w}', pixels=h * w, batch=batch, **r))
                 print(f'  {variant} {malloc} {model} {mode} {h}x{w}: '
-                      f'{r.get("time_ms", r["status"])} ms', flush=True)
+                      f'{r.get("time_ms", math.nan):.0f} ms {r["status"]}', flush=True)
     ok = [r for r in rows if r['status'] == 'ok']
     first = {}  # (variant, model, mode, size): the row with MACs; (.., malloc): smallest
     for r in sorted(ok, key=lambda r: r['pixels']):
@@ -161,8 +161,8 @@ def main(args):
         if r['mode'] == 'backbone' and low is not r:
             r['exponent'] = (math.log(r['time_ms'] / low['time_ms']) /
                              math.log(r['pixels'] / low['pixels']))
-    title = (f'UPerNet backbones, {args.device_name}, float32 on CPU / AMP '
-             f'{torch_dtype(args)} on GPU; torch {torch.__version__}')
+    title = (f'UPerNet backbones, {args.device_name}, {"AMP " * (args.device == "cuda")}'
+             f'{str(torch_dtype(args))[6:]}; torch {torch.__version__}')
     columns = [('variant', 'variant', ''), ('malloc', 'malloc', ''), ('model', 'model', ''),
                ('mode', 'mode', ''), ('size', 'size', ''), ('batch', 'batch', 'd'),
                ('ms', 'time_ms', '.0f'), ('vs Swin-T', 'vs_swin_t', '.2f'),

@@ -44,7 +44,7 @@ def main(args):
                 row = run_child(dict(model=name, res=res))
                 rows.append(dict(model=f'{name}-{args.depth}l', res=res,
                                  tokens=(-(-res // 16))**2, **row))
-                print(f"  {name} @ {res}: {row.get('latency_ms', row['status'])} ms",
+                print(f"  {name} @ {res}: {row.get('latency_ms', float('nan')):.1f} ms",
                       flush=True)
     vit = {r['res']: r for r in rows if r['model'].startswith('vit') and
            r['status'] == 'ok'}
