@@ -27,3 +27,18 @@ def test_ops_suite_writes_its_table(tmp_path):
         assert float(op[key]) > 0, key
     ratio = float(op['fwd_ms']) / float(linear['fwd_ms'])
     assert abs(float(op['fwd_x_linear_time']) / ratio - 1) < 1e-6
+
+
+def test_case_over_its_time_cap_is_a_row(tmp_path):
+    """Backbone cases run in child processes: one past ``--time-cap`` is a status
+    row in the table and the CSV, not a crash."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmarks' / 'run.py'), '--suite',
+         'backbones', '--device', 'cpu', '--models', 'mmseg-swin-t', '--sizes', '64',
+         '--train-size', '0', '--time-cap', '0.01', '--out', str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1'))
+    assert out.returncode == 0, out.stderr[-2000:]
+    [row] = csv.DictReader(open(tmp_path / 'backbones_cpu.csv'))
+    assert row['status'] == 'too slow (>0.01 s)' and row['model'] == 'mmseg-swin-t'
+    assert not row.get('time_ms') and (tmp_path / 'backbones_cpu.png').stat().st_size > 0

@@ -1,6 +1,6 @@
-"""What every benchmark suite shares: timing, peak memory, child processes for
-isolated cases, the allocator setting, tables, CSV and plots."""
-import contextlib
+"""What every suite shares: timing, peak memory, the allocator setting, cases in
+child processes, tables, CSV and plots."""
+import itertools
 import json
 import math
 import os
@@ -15,80 +15,47 @@ import torch
 from mmhybrid.utils.results import write_csv
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-RUN = osp.join(osp.dirname(osp.abspath(__file__)), 'run.py')
-
-# glibc serves blocks above its mmap threshold (<= 32 MB) with fresh mmaps, which
-# are page-faulted in at a fraction of memory bandwidth on every call; these keep
-# freed memory in the heap instead (docs/benchmarks.md, "Allocator")
+# glibc page-faults in fresh mmaps for blocks above its mmap threshold (<= 32 MB) on
+# every call; these keep freed memory in its heap (docs/benchmarks.md, "The allocator")
 TUNED_MALLOC = {'MALLOC_MMAP_MAX_': '0', 'MALLOC_TRIM_THRESHOLD_': '100000000000'}
 
 
-def malloc_env(mode):
-    """Environment for a child process: ``'default'`` leaves glibc alone,
-    ``'tuned'`` adds :data:`TUNED_MALLOC`."""
+def malloc_env(mode, **extra):
+    """This environment with glibc as it is (``'default'``) or ``'tuned'``."""
     env = {k: v for k, v in os.environ.items() if k not in TUNED_MALLOC}
-    if mode == 'tuned':
-        env.update(TUNED_MALLOC)
-    return env
+    return dict(env, **(TUNED_MALLOC if mode == 'tuned' else {}), **extra)
 
 
 def malloc_mode():
     """The allocator setting this process started with."""
-    return 'tuned' if all(os.environ.get(k) == v for k, v in
-                          TUNED_MALLOC.items()) else 'default'
+    return 'tuned' if TUNED_MALLOC.items() <= os.environ.items() else 'default'
 
 
-def reexec_with_malloc(mode):
-    """Restart this process with the allocator setting ``mode`` unless it has it
-    (glibc reads the variables once, at start-up)."""
-    if mode != malloc_mode():
-        os.execve(sys.executable, [sys.executable] + sys.argv, malloc_env(mode))
-
-
-def setup_device(args):
-    """Thread count on the CPU; the device's name for titles."""
-    if args.device == 'cpu':
-        torch.set_num_threads(args.threads)
-        return f'CPU ({os.cpu_count()} cores), {args.threads} thread(s)'
-    return torch.cuda.get_device_name()
-
-
-def sync(device):
-    if device.startswith('cuda'):
-        torch.cuda.synchronize()
+def torch_dtype(args, cuda='bfloat16'):
+    """``--dtype`` (torch's name, fp32, fp16, bf16), or ``cuda`` / float32."""
+    name = args.dtype or (cuda if args.device == 'cuda' else 'float32')
+    return getattr(torch, dict(fp32='float32', fp16='float16', bf16='bfloat16').get(
+        name, name))
 
 
 def min_time(fn, repeat, device, warmup=1):
     """Minimum seconds of ``repeat`` calls of ``fn`` after ``warmup`` calls."""
+    sync = torch.cuda.synchronize if device.startswith('cuda') else lambda: None
     for _ in range(warmup):
         fn()
-    sync(device)
     best = math.inf
     for _ in range(repeat):
+        sync()
         start = time.perf_counter()
         fn()
-        sync(device)
+        sync()
         best = min(best, time.perf_counter() - start)
     return best
 
 
-@contextlib.contextmanager
-def _stderr_to_devnull():
-    """Silence file descriptor 2: the profiler's C++ side logs past sys.stderr."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(os.devnull, 'w') as null:
-        os.dup2(null.fileno(), 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
 def peak_mib(fn, device):
-    """Extra memory at the peak of one call of ``fn``: max allocated on CUDA, the
-    running sum of the allocations the profiler records on the CPU."""
+    """Extra memory at the peak of one call: max allocated on CUDA, the running
+    sum of the allocations the profiler records on the CPU."""
     if device.startswith('cuda'):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -97,19 +64,21 @@ def peak_mib(fn, device):
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
     from torch.profiler import ProfilerActivity, profile
+    sys.stderr.flush()  # silence fd 2: the profiler's C++ side logs past sys.stderr
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
     try:
-        with _stderr_to_devnull(), profile(activities=[ProfilerActivity.CPU],
-                                           profile_memory=True) as prof:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             fn()
+        events = sorted((e for e in prof.profiler.kineto_results.events()
+                         if e.name() == '[memory]'), key=lambda e: e.start_ns())
     except Exception:  # profiler internals differ across torch versions
         return math.nan
-    events = sorted((e for e in prof.profiler.kineto_results.events()
-                     if e.name() == '[memory]'), key=lambda e: e.start_ns())
-    current = peak = 0
-    for event in events:
-        current += event.nbytes()
-        peak = max(peak, current)
-    return peak / 2**20
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+    return max(itertools.accumulate(e.nbytes() for e in events), default=0) / 2**20
 
 
 def process_peak_mib(device):
@@ -119,85 +88,74 @@ def process_peak_mib(device):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_child(suite, case, argv, time_cap=None, env=None):
-    """Run ``case`` (a JSON-able dict) of ``suite`` in a fresh process (its own
-    peak memory; an OOM or a run past ``time_cap`` seconds is a status, not a
-    crash). ``argv`` are the suite's options; ``env`` the child's whole
-    environment (default: this one, this checkout first on ``PYTHONPATH``).
-    Returns the child's result dict."""
-    cmd = [sys.executable, RUN, '--suite', suite, '--single', json.dumps(case)]
-    if env is None:  # this checkout's mmhybrid first
-        env = dict(os.environ)
-        env['PYTHONPATH'] = os.pathsep.join(
-            p for p in (ROOT, env.get('PYTHONPATH')) if p)
+def fwd_bwd(fn, inputs, params, args):
+    """Forward (no grad) and forward + backward (random output gradients, every
+    input and parameter gets one) ms, and the peak MiB of one forward + backward."""
+    grads, forward = [], torch.no_grad()(lambda: fn(*inputs))
+
+    def forward_backward():
+        outs = fn(*inputs)
+        outs = [outs] if torch.is_tensor(outs) else list(outs)
+        grads[:] = grads or [torch.randn_like(o) for o in outs]
+        torch.autograd.backward(outs, grads)
+        for t in list(inputs) + list(params):
+            t.grad = None
+
+    row = dict(fwd_ms=1e3 * min_time(forward, args.repeat, args.device))
+    if not getattr(args, 'no_backward', False):
+        row.update(fwd_bwd_ms=1e3 * min_time(forward_backward, args.repeat, args.device),
+                   peak_mib=peak_mib(forward_backward, args.device))
+    return row
+
+
+def run_child(case, time_cap=None, env=None):
+    """``case`` (a JSON-able dict) in a fresh process with this one's options: its
+    own peak memory, and an OOM or a run past ``time_cap`` s is a status, not a
+    crash. ``env`` defaults to this one with this checkout first on ``PYTHONPATH``."""
+    env = env or dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (ROOT, os.environ.get('PYTHONPATH')) if p))
+    cmd = [sys.executable, osp.join(ROOT, 'tools', 'benchmarks', 'run.py'),
+           *sys.argv[1:], '--single', json.dumps(case)]
     try:
-        proc = subprocess.run(cmd + list(argv), capture_output=True, text=True,
-                              env=env, timeout=time_cap)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                              timeout=time_cap)
     except subprocess.TimeoutExpired:
         return dict(status=f'too slow (>{time_cap:g} s)')
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('{')]
     if proc.returncode or not lines:
-        err = (proc.stderr.strip().splitlines() or ['no output'])[-1]
+        print(f'  {case}: {(proc.stderr.strip() or "no output").splitlines()[-1][:160]}')
         oom = 'out of memory' in proc.stderr.lower() or proc.returncode in (-9, 137)
-        print(f'  {case}: {err[:160]}', flush=True)
         return dict(status='OOM' if oom else 'failed')
     return dict(json.loads(lines[-1]), status='ok')
 
 
-def scaling_exponent(points):
-    """Least-squares slope of log(y) against log(x) over (x, y) pairs (None
-    below two points)."""
-    points = [(math.log(x), math.log(y)) for x, y in points if y]
-    if len(points) < 2:
-        return None
-    mx = sum(p[0] for p in points) / len(points)
-    my = sum(p[1] for p in points) / len(points)
-    sxx = sum((p[0] - mx)**2 for p in points)
-    return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
-
-
-def fmt(value, spec='.2f'):
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return '-' if value != value else format(value, spec)
-    return '-' if value is None else str(value)
-
-
-def markdown_table(rows, columns):
-    """``columns``: (header, key, format spec) triples."""
-    lines = ['| ' + ' | '.join(c[0] for c in columns) + ' |',
-             '|' + '---|' * len(columns)]
-    for r in rows:
-        lines.append('| ' + ' | '.join(fmt(r.get(key), spec)
-                                       for _, key, spec in columns) + ' |')
-    return '\n'.join(lines)
-
-
-def save(rows, out, stem, fields=None):
-    """CSV of ``rows`` at ``out/stem.csv``; returns the path stem."""
-    path = osp.join(out, stem)
-    write_csv(rows, path + '.csv', fields)
-    return path
-
-
-def plot(panels, path, title=''):
-    """Log-log line plots. ``panels``: list of (xlabel, ylabel, {series: [(x, y)]})."""
+def report(args, stem, title, rows, columns, x, ys, series):
+    """Print the table of ``rows`` (``columns``: (header, key, format)), write
+    ``stem.csv`` and plot ``ys`` against ``x``, a line per ``series(row)``."""
+    cells = [[c[0] for c in columns], ['---'] * len(columns)] + [
+        ['-' if r.get(k) is None or r[k] != r[k] else format(r[k], f)
+         for _, k, f in columns] for r in rows]
+    table = '\n'.join('| ' + ' | '.join(c) + ' |' for c in cells)
+    print(f'\n{title}\n{table}')
+    path = osp.join(args.out, stem)
+    write_csv(rows, path + '.csv', list(dict.fromkeys(k for r in rows for k in r)))
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4),
-                             squeeze=False)
-    for ax, (xlabel, ylabel, series) in zip(axes[0], panels):
-        for name, points in series.items():
-            points = [(x, y) for x, y in points if y == y and y is not None]
-            if points:
-                ax.loglog(*zip(*points), marker='o', label=name)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+    fig, axes = plt.subplots(1, len(ys), figsize=(5.5 * len(ys), 4), squeeze=False)
+    for ax, (key, label) in zip(axes[0], ys.items()):
+        lines = {}
+        for r in rows:
+            if isinstance(r.get(key), float) and r[key] == r[key]:
+                lines.setdefault(series(r), []).append((r[x], r[key]))
+        for name, points in lines.items():
+            ax.loglog(*zip(*sorted(points)), marker='o', label=name)
+        ax.set(xlabel=x, ylabel=label)
         ax.grid(True, which='both', alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
+        if lines:
             ax.legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=9)
+    fig.suptitle(title, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path + '.png', dpi=120)
     plt.close(fig)
+    print(f'wrote {path}.csv and {path}.png')

@@ -1,31 +1,14 @@
-"""Every token-mixing op against a C x C linear layer at the stage shapes of the
-backbone that uses it, forward and forward + backward.
-
-Per op, backend and stage of a ``--size`` x ``--size`` input: ms, the op's own
-multiply-adds (the method's formula for ops whose kernels hide their arithmetic,
-:mod:`mmhybrid.analysis.formulas`; counted matmuls for the others), GMAC/s, and
-time and GMAC/s as ratios to one ``nn.Linear(C, C)`` on the stage's (B, N, C)
-input in the same run; peak memory of one forward + backward. Forward + backward
-is counted as three times the forward's multiply-adds (the usual convention, for
-the op and the linear layer alike). The gated delta
-rule runs on 2B sequences (both scans of a 'G' layer). Shapes:
-
-* ``wkv`` (SoLA-T), ``gdn`` and ``swa`` (InfiniteVL-T, 7x7 windows): stages 1-4,
-  widths 96/128/192/256, heads of 32 channels;
-* ``effatt``, ``elfatt`` (ELFATT's two heads, blocks of 49) and ``sdpa`` (global
-  softmax attention): Swin-T, widths 96-768, heads of 32;
-* ``infsa`` (Linear InfViT-4L: 1024 channels, 64 heads, tokens of 16 pixels);
-* ``historical`` (HAViT-DeiT-T: 192 channels, 3 heads, tokens of 16 pixels).
-
-``--naive`` adds the reference backends (and ``sdpa`` runs) up to
-``--max-quadratic-tokens``.
-"""
-import os
+"""Token-mixing ops against a C x C linear layer at the stage shapes of the backbone
+that uses them, forward and forward + backward: ms, the op's own GMACs (the
+method's formula where a kernel hides its arithmetic; forward + backward counts
+3x), GMAC/s, both as ratios to ``nn.Linear(C, C)``, peak memory; on GPU the
+bandwidth over the copy bandwidth. ``gdn`` runs on 2B sequences (both scans)."""
+import math
 
 import torch
 import torch.nn.functional as F
 
-from common import fmt, markdown_table, min_time, peak_mib, plot, save
+from common import fwd_bwd, min_time, report, torch_dtype
 
 # (channels, heads, downsampling) per stage of the backbone each op serves
 PYRAMID_T = [(96, 3, 4), (128, 4, 8), (192, 6, 16), (256, 8, 32)]
@@ -34,236 +17,132 @@ SHAPES = {'wkv': PYRAMID_T, 'gdn': PYRAMID_T, 'swa': PYRAMID_T,
           'effatt': SWIN_T, 'elfatt': SWIN_T, 'sdpa': SWIN_T,
           'infsa': [(1024, 64, 16)], 'historical': [(192, 3, 16)]}
 QUADRATIC = ('sdpa', 'historical')
-# memory traffic of (forward, forward + backward) in (B, N, C) tensors: inputs
-# read and outputs written once each (GPU: reported against copy bandwidth)
+NAIVE = ('wkv', 'gdn', 'swa', 'historical')  # ops with a naive reference backend
+# (B, N, C) tensors read + written by (forward, forward + backward)
 IO = {'linear': (2, 5), 'wkv': (3, 9), 'gdn': (8, 22)}
-IO_ATTENTION = (4, 11)
 
 
-def add_arguments(parser):
-    parser.add_argument('--ops', nargs='+', default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument('--size', type=int, default=1024,
-                        help='input image side whose stage shapes are measured')
-    parser.add_argument('--stages', type=int, nargs='+', default=[1, 2, 3, 4])
-    parser.add_argument('--batch', type=int, default=1, help='images')
-    parser.add_argument('--dtype', default=None,
-                        help='default: bfloat16 on cuda, float32 on cpu')
-    parser.add_argument('--naive', action='store_true',
-                        help='also the naive reference backends')
-    parser.add_argument('--no-backward', action='store_true',
-                        help='forward only')
-    parser.add_argument('--max-quadratic-tokens', type=int, default=16384,
-                        help='largest N for O(N^2) ops and naive backends')
+def add_arguments(p):
+    p.add_argument('--ops', nargs='+', default=list(SHAPES), choices=list(SHAPES))
+    p.add_argument('--size', type=int, default=1024, help='input image side')
+    p.add_argument('--stages', type=int, nargs='+', default=[1, 2, 3, 4])
+    p.add_argument('--batch', type=int, default=1, help='images')
+    p.add_argument('--naive', action='store_true', help='also the naive backends')
+    p.add_argument('--no-backward', action='store_true', help='forward only')
+    p.add_argument('--max-quadratic-tokens', type=int, default=16384,
+                   help='largest N for O(N^2) ops and naive backends')
 
 
-def backends(op, device, naive):
-    """Backend names to measure (None: the op's own choice)."""
-    extra = {'wkv': ['naive'], 'gdn': ['naive'], 'swa': ['naive'],
-             'historical': ['naive']}.get(op, [])
-    names = [None]
-    if op in ('wkv', 'gdn', 'effatt', 'infsa') and device == 'cuda':
-        names.append('torch')  # the default there is Triton / fla when installed
-    return names + (extra if naive else [])
-
-
-def make_case(op, backend, B, N, hw, C, heads, device, dtype):
+def make_case(op, backend, B, hw, C, heads, device, dtype):
     """(function of the tensors, tensors, parameters with gradients, MACs)."""
-    from mmhybrid.analysis import (delta_rule_macs, historical_attention_macs,
-                                   sliding_window_macs, wkv_macs)
-    from mmhybrid.ops import (bi_wkv, block_attention, effatt, gated_delta_rule,
-                              historical_attention, linear_infsa,
-                              sliding_window_attention)
-    d = C // heads
+    from mmhybrid import analysis as A
+    from mmhybrid import ops as O
+    N, d, kw = hw[0] * hw[1], C // heads, {'backend': backend} if backend else {}
 
-    def rand(*shape):
+    def rand(*shape, dtype=dtype):
         return torch.randn(*shape, device=device, dtype=dtype).requires_grad_()
 
-    def attn():
-        return [rand(B, heads, N, d) for _ in range(3)]
-
-    kw = {} if backend is None else {'backend': backend}
     if op == 'wkv':
         w = ((torch.rand(C, device=device) * 8 - 5) / N).requires_grad_()
         u = torch.full((C, ), -1.2 / N, device=device).requires_grad_()
-        return (lambda k, v: bi_wkv(w, u, k, v, **kw), [rand(B, N, C), rand(B, N, C)],
-                [w, u], wkv_macs(B, N, C))
+        return (lambda k, v: O.bi_wkv(w, u, k, v, **kw), [rand(B, N, C), rand(B, N, C)],
+                [w, u], A.wkv_macs(B, N, C))
     if op == 'gdn':
-        q, k, v = (rand(2 * B, N, heads, d) for _ in range(3))
-        g = (-0.1 * torch.rand(2 * B, N, heads, device=device)).requires_grad_()
-        beta = torch.rand(2 * B, N, heads, device=device, dtype=dtype).requires_grad_()
-        return (lambda *t: gated_delta_rule(*t, use_qk_l2norm_in_kernel=True,
-                                            **kw)[0],
-                [q, k, v, g, beta], [], delta_rule_macs(2 * B, N, heads, d, d))
+        t = [rand(2 * B, N, heads, d) for _ in range(3)]
+        t += [(-0.1 * torch.rand(2 * B, N, heads, device=device)).requires_grad_(),
+              torch.rand(2 * B, N, heads, device=device, dtype=dtype).requires_grad_()]
+        return (lambda *t: O.gated_delta_rule(*t, use_qk_l2norm_in_kernel=True, **kw)[0],
+                t, [], A.delta_rule_macs(2 * B, N, heads, d, d))
+    qkv = [rand(B, heads, N, d) for _ in range(3)]
     if op == 'swa':
-        return (lambda *t: sliding_window_attention(*t, hw, 7, **kw), attn(), [],
-                sliding_window_macs(B, heads, hw, (7, 7), d, d))
-    if op == 'historical':
-        history = torch.randn(B, heads, N, N, device=device).requires_grad_()
-        macs = historical_attention_macs(B, heads, N, d, d)
-        # the new history is an output too, as for a layer inside a chain
-        return (lambda q, k, v: historical_attention(q, k, v, history, **kw),
-                attn(), [history], sum(macs.values()))
-    half = max(heads // 2, 1)
-
-    def elfatt(q, k, v):  # Eq. 8: half the heads EFFATT, half block softmax
-        return torch.cat((effatt(q[:, :half], k[:, :half], v[:, :half]),
-                          block_attention(q[:, half:], k[:, half:], v[:, half:],
-                                          49)), 1)
-
-    fn = {'effatt': lambda *t: effatt(*t, **kw), 'elfatt': elfatt,
-          'sdpa': F.scaled_dot_product_attention,
-          'infsa': lambda *t: linear_infsa(*t, **kw)}[op]
-    return fn, attn(), [], None  # MACs counted from the matmuls
+        return (lambda *t: O.sliding_window_attention(*t, hw, 7, **kw), qkv, [],
+                A.sliding_window_macs(B, heads, hw, (7, 7), d, d))
+    if op == 'historical':  # the new history is an output, as inside a chain
+        history = rand(B, heads, N, N, dtype=torch.float32)
+        return (lambda q, k, v: O.historical_attention(q, k, v, history, **kw), qkv,
+                [history], sum(A.historical_attention_macs(B, heads, N, d, d).values()))
+    h = max(heads // 2, 1)
+    fn = {'effatt': lambda *t: O.effatt(*t, **kw), 'sdpa': F.scaled_dot_product_attention,
+          'infsa': lambda *t: O.linear_infsa(*t, **kw),  # ELFATT Eq. 8:
+          'elfatt': lambda q, k, v: torch.cat((
+              O.effatt(q[:, :h], k[:, :h], v[:, :h]),
+              O.block_attention(q[:, h:], k[:, h:], v[:, h:], 49)), 1)}[op]
+    with A.FlopCounter(torch.nn.Module()) as counter, torch.no_grad():
+        fn(*qkv)  # matmuls and SDPA calls counted
+    return fn, qkv, [], counter.result.total()
 
 
-def counted_macs(fn, tensors):
-    """Multiply-adds of one call as the FLOP counter sees them (matmuls, SDPA)."""
-    from mmhybrid.analysis import FlopCounter
-
-    class Op(torch.nn.Module):
-        def forward(self, *t):
-            return fn(*t)
-
-    op = Op()
-    with FlopCounter(op) as counter, torch.no_grad():
-        op(*tensors)
-    return counter.result.total()
-
-
-def copy_bandwidth(device):
-    """Device-to-device copy bandwidth in bytes/s (read + write of 1 GiB)."""
-    src = torch.empty(2**28, device=device, dtype=torch.float32)
-    dst = torch.empty_like(src)
-    return 2 * src.nbytes / min_time(lambda: dst.copy_(src), 5, device)
-
-
-def measure(fn, tensors, params, args):
-    def forward():
-        with torch.no_grad():
-            fn(*tensors)
-
-    grad = []
-
-    def forward_backward():
-        outs = fn(*tensors)
-        outs = [outs] if torch.is_tensor(outs) else list(outs)
-        if not grad:
-            grad.extend(torch.randn_like(o) for o in outs)
-        torch.autograd.backward(outs, grad)
-        for t in list(tensors) + list(params):
-            t.grad = None
-
-    row = dict(fwd_ms=1e3 * min_time(forward, args.repeat, args.device))
-    if not args.no_backward:
-        row['fwd_bwd_ms'] = 1e3 * min_time(forward_backward, args.repeat,
-                                           args.device)
-        row['peak_mib'] = peak_mib(forward_backward, args.device)
+def rates(row, gmacs, linear, unit_bytes, bandwidth, io):
+    """GMAC/s per phase, ratios to the ``linear`` row, peak over one input and,
+    on GPU, the effective bandwidth of traffic ``io`` over the copy bandwidth."""
+    row.update(gmacs=gmacs, peak_x_input=row.get('peak_mib', math.nan) * 2**20 / unit_bytes)
+    for (phase, passes), units in zip((('fwd', 1), ('fwd_bwd', 3)), io):
+        ms = row.get(f'{phase}_ms')
+        if ms:
+            row[f'{phase}_gmac_s'] = passes * gmacs / ms * 1e3
+            if bandwidth:
+                row[f'{phase}_bw_frac'] = units * unit_bytes / bandwidth / ms * 1e3
+            if linear:
+                row[f'{phase}_x_linear_time'] = ms / linear[f'{phase}_ms']
+                row[f'{phase}_x_linear_rate'] = (row[f'{phase}_gmac_s'] /
+                                                 linear[f'{phase}_gmac_s'])
     return row
 
 
-def add_traffic(row, io, unit_bytes, bandwidth):
-    """Peak over one (B, N, C) input; on GPU the effective bandwidth (traffic
-    ``io`` over time) as a fraction of the copy bandwidth."""
-    if row.get('peak_mib') is not None:
-        row['peak_x_input'] = row['peak_mib'] * 2**20 / unit_bytes
-    if bandwidth:
-        for phase, units in zip(('fwd', 'fwd_bwd'), io):
-            if f'{phase}_ms' in row:
-                row[f'{phase}_bw_frac'] = (units * unit_bytes / bandwidth /
-                                           (row[f'{phase}_ms'] / 1e3))
-
-
 def main(args):
-    cuda = args.device == 'cuda'
-    args.dtype = args.dtype or ('bfloat16' if cuda else 'float32')
-    dtype = getattr(torch, args.dtype)
-    rows, skipped, linear_shapes = [], {}, set()
-    bandwidth = copy_bandwidth(args.device) if cuda else None
-    if bandwidth:
+    cuda, dtype = args.device == 'cuda', torch_dtype(args)
+    rows, linears, bandwidth = [], {}, None
+    if cuda:  # bytes/s of a device-to-device copy of 1 GiB
+        src = torch.empty(2**28, device=args.device)
+        bandwidth = 2 * src.nbytes / min_time(lambda: src.clone(), 5, args.device)
         print(f'copy bandwidth {bandwidth / 1e9:.0f} GB/s')
     for op in args.ops:
-        for stage in args.stages:
-            if stage > len(SHAPES[op]):
-                continue
+        for stage in [s for s in args.stages if s <= len(SHAPES[op])]:
             C, heads, down = SHAPES[op][stage - 1]
             hw = (-(-args.size // down), ) * 2
-            N, B = hw[0] * hw[1], args.batch
-            layer = torch.nn.Linear(C, C, device=args.device, dtype=dtype)
-            x = torch.randn(B, N, C, device=args.device, dtype=dtype,
-                            requires_grad=True)
-            linear = measure(layer, [x], list(layer.parameters()), args)
-            linear_gmacs = B * N * C * C / 1e9
-            for backend in backends(op, args.device, args.naive):
-                name = f'{op}' + (f'-{backend}' if backend else '')
-                if (op in QUADRATIC or backend == 'naive') and \
-                        N > args.max_quadratic_tokens:
-                    skipped[name] = f'O(N^2) above {args.max_quadratic_tokens} tokens'
-                    continue
+            B, N = args.batch, hw[0] * hw[1]
+            shape, unit = dict(stage=stage, tokens=N, channels=C), B * N * C * dtype.itemsize
+            if (N, C) not in linears:  # the yardstick, once per shape
+                layer = torch.nn.Linear(C, C, device=args.device, dtype=dtype)
+                x = torch.randn(B, N, C, device=args.device, dtype=dtype).requires_grad_()
+                linears[N, C] = rates(dict(op='linear', **shape, heads=1, **fwd_bwd(
+                    layer, [x], list(layer.parameters()), args)), B * N * C * C / 1e9,
+                    None, unit, bandwidth, IO['linear'])
+            linear = linears[N, C]
+            names = [None] + ['torch'] * (cuda and op in ('wkv', 'gdn', 'effatt', 'infsa'))
+            for backend in names + ['naive'] * (args.naive and op in NAIVE):
+                name = op + (f'-{backend}' if backend else '')
                 try:
-                    fn, tensors, params, macs = make_case(
-                        op, backend, B, N, hw, C, heads, args.device, dtype)
-                    macs = macs or counted_macs(fn, tensors)
-                    row = measure(fn, tensors, params, args)
+                    if (op in QUADRATIC or backend == 'naive') and \
+                            N > args.max_quadratic_tokens:
+                        raise ValueError(f'O(N^2) above {args.max_quadratic_tokens} tokens')
+                    fn, tensors, params, macs = make_case(op, backend, B, hw, C, heads,
+                                                          args.device, dtype)
+                    row = dict(op=name, **shape, heads=heads,
+                               **fwd_bwd(fn, tensors, params, args))
                 except (ImportError, ValueError, RuntimeError) as e:
-                    skipped[name] = f'{type(e).__name__}: {str(e)[:100]}'
+                    print(f'  skipped {name} stage {stage}: {str(e)[:100]}')
                     continue
-                row.update(op=name, stage=stage, tokens=N, channels=C, heads=heads,
-                           gmacs=macs / 1e9)
-                add_traffic(row, IO.get(op, IO_ATTENTION), B * N * C * dtype.itemsize,
-                            bandwidth)
-                for phase, passes in (('fwd', 1), ('fwd_bwd', 3)):
-                    if f'{phase}_ms' in row:
-                        rate = passes * macs / 1e9 / row[f'{phase}_ms'] * 1e3
-                        lin_rate = passes * linear_gmacs / linear[f'{phase}_ms'] * 1e3
-                        row[f'{phase}_gmac_s'] = rate
-                        row[f'{phase}_x_linear_time'] = (row[f'{phase}_ms'] /
-                                                         linear[f'{phase}_ms'])
-                        row[f'{phase}_x_linear_rate'] = rate / lin_rate
-                rows.append(row)
+                rows.append(rates(row, macs / 1e9, linear, unit, bandwidth,
+                                  IO.get(op, (4, 11))))
                 print(f"  {name} stage {stage} N={N}: fwd {row['fwd_ms']:.2f} ms "
                       f"({row['fwd_x_linear_time']:.1f}x linear)", flush=True)
-            if (N, C) in linear_shapes:
-                continue
-            linear_shapes.add((N, C))
-            add_traffic(linear, IO['linear'], B * N * C * dtype.itemsize, bandwidth)
-            rows.append(dict(linear, op='linear', stage=stage, tokens=N, channels=C,
-                             heads=1, gmacs=linear_gmacs,
-                             **{f'{p}_gmac_s': n * linear_gmacs / linear[f'{p}_ms'] * 1e3
-                                for p, n in (('fwd', 1), ('fwd_bwd', 3))
-                                if f'{p}_ms' in linear}))
+            if linear not in rows:
+                rows.append(linear)
     title = (f'ops at the stage shapes of a {args.size}^2 input, batch {args.batch}, '
-             f'{args.dtype}, {args.device_name}, malloc {args.malloc}; '
+             f'{str(dtype)[6:]}, {args.device_name}, malloc {args.malloc}; '
              f'torch {torch.__version__}')
-    print('\n' + title)
     columns = [('op', 'op', ''), ('stage', 'stage', 'd'), ('N', 'tokens', 'd'),
-               ('C', 'channels', 'd'), ('GMACs', 'gmacs', '.3f'),
-               ('fwd ms', 'fwd_ms', '.2f'), ('fwd GMAC/s', 'fwd_gmac_s', '.1f'),
-               ('fwd x linear time', 'fwd_x_linear_time', '.2f'),
-               ('fwd GMAC/s / linear\'s', 'fwd_x_linear_rate', '.2f')]
-    if not args.no_backward:
-        columns += [('f+b ms', 'fwd_bwd_ms', '.2f'),
-                    ('f+b GMAC/s', 'fwd_bwd_gmac_s', '.1f'),
-                    ('f+b x linear time', 'fwd_bwd_x_linear_time', '.2f'),
-                    ('f+b GMAC/s / linear\'s', 'fwd_bwd_x_linear_rate', '.2f'),
-                    ('f+b peak MiB', 'peak_mib', '.1f'),
-                    ('peak x input', 'peak_x_input', '.1f')]
-    if bandwidth:
-        columns += [('fwd bw', 'fwd_bw_frac', '.0%'),
-                    ('f+b bw', 'fwd_bwd_bw_frac', '.0%')]
-    print(markdown_table(rows, columns))
-    for name, reason in skipped.items():
-        print(f'skipped {name}: {reason}')
-    os.makedirs(args.out, exist_ok=True)
-    stem = save(rows, args.out, f'ops_{args.device}',
-                ['op', 'stage', 'tokens', 'channels', 'heads', 'gmacs'] +
-                [c[1] for c in columns[5:]])
-    key = 'fwd_ms' if args.no_backward else 'fwd_bwd_ms'
-    series_t, series_r = {}, {}
-    for r in rows:
-        series_t.setdefault(r['op'], []).append((r['tokens'], r[key]))
-        series_r.setdefault(r['op'], []).append((r['tokens'], r.get(
-            key.replace('_ms', '_gmac_s'))))
-    phase = 'forward' if args.no_backward else 'forward + backward'
-    plot([('tokens N', f'{phase} [ms]', series_t),
-          ('tokens N', f'{phase} GMAC/s', series_r)], stem + '.png', title)
-    print(f'wrote {stem}.csv and {stem}.png ({fmt(len(rows), "d")} rows)')
+               ('C', 'channels', 'd'), ('GMACs', 'gmacs', '.3f')]
+    for phase, label in (('fwd', 'fwd'), ('fwd_bwd', 'f+b')):
+        columns += [(f'{label} ms', f'{phase}_ms', '.2f'),
+                    (f'{label} GMAC/s', f'{phase}_gmac_s', '.1f'),
+                    (f'{label} x linear time', f'{phase}_x_linear_time', '.2f'),
+                    (f"{label} GMAC/s / linear's", f'{phase}_x_linear_rate', '.2f'),
+                    (f'{label} bw', f'{phase}_bw_frac', '.0%')]
+    columns += [('f+b peak MiB', 'peak_mib', '.1f'), ('peak x input', 'peak_x_input', '.1f')]
+    phase = 'fwd' if args.no_backward else 'fwd_bwd'
+    report(args, f'ops_{args.device}', title, rows,
+           [c for c in columns if any(c[1] in r for r in rows)], 'tokens',
+           {f'{phase}_ms': f'{phase} [ms]', f'{phase}_gmac_s': f'{phase} GMAC/s'},
+           lambda r: r['op'])
