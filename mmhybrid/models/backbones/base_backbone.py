@@ -95,15 +95,11 @@ class BaseBackbone(BaseModule):
         pretrained (str, optional): deprecated, as in mmseg: mmseg's
             ``EncoderDecoder`` passes the model-level ``pretrained`` here; it
             becomes ``init_cfg=dict(type='Pretrained', checkpoint=pretrained)``.
-        init_cfg (dict | list[dict]): initialisers; a
-            ``dict(type='Pretrained', checkpoint=..., prefix=None, strict=None)``
-            entry loads a bare backbone state dict or a model checkpoint
-            (``backbone.`` keys found automatically), resizes position embeddings
-            and reports missing/unexpected/mismatched keys; it fails when less
-            than half the backbone matches unless ``strict=False`` (see
-            :func:`mmhybrid.models.utils.load_pretrained`). Other entries go to
-            mmengine's ``initialize`` first; Pretrained entries are applied last,
-            as mmengine does.
+        init_cfg (dict | list[dict]): initialisers, applied after mmengine's
+            others as mmengine does: ``dict(type='Pretrained', checkpoint=...,
+            prefix=None, strict=None)`` loads a backbone or model checkpoint
+            through :func:`mmhybrid.models.utils.load_pretrained` (``backbone.``
+            keys found, position embeddings resized, mismatches reported).
     """
     pos_embed_keys = ('pos_embed', )
     num_extra_tokens = 0
