@@ -131,21 +131,18 @@ class InfViT(BaseBackbone):
             1, self.num_extra_tokens + self.pos_grid[0] * self.pos_grid[1], dims))
         self.drop_after_pos = nn.Dropout(drop_rate)
 
-        blocks = []
-        for i, letter in enumerate(letters):
-            if letter == 'S':
-                mixer = SoftmaxAttention(dims, heads[i], head_dim=arch.get('head_dim'),
-                                         qkv_bias=qkv_bias, history=history)
-            else:
-                mixer = InfSAttention(
-                    dims, heads[i], ATTN_TYPES[letter], tie_qk=tie_qk,
-                    qkv_bias=qkv_bias, gamma_init=gamma_init, depth=i + 1,
-                    discount=discount, local_path=local_path)
-            blocks.append(Block(dims, mixer, Mlp(dims, arch['mlp_ratio']),
-                                drop_path=drop_path_rate * i / max(depth - 1, 1),
-                                layer_scale_init_value=layer_scale_init_value,
-                                norm_cfg=norm_cfg))
-        self.layers = nn.ModuleList(blocks)
+        mixers = [SoftmaxAttention(dims, heads[i], head_dim=arch.get('head_dim'),
+                                   qkv_bias=qkv_bias, history=history) if t == 'S'
+                  else InfSAttention(dims, heads[i], ATTN_TYPES[t], tie_qk=tie_qk,
+                                     qkv_bias=qkv_bias, gamma_init=gamma_init,
+                                     depth=i + 1, discount=discount,
+                                     local_path=local_path)
+                  for i, t in enumerate(letters)]
+        self.layers = nn.ModuleList(
+            Block(dims, mixer, Mlp(dims, arch['mlp_ratio']), norm_cfg=norm_cfg,
+                  drop_path=drop_path_rate * i / max(depth - 1, 1),
+                  layer_scale_init_value=layer_scale_init_value)
+            for i, mixer in enumerate(mixers))
         link_history(self.layers)
         self.build_outputs([dims] * depth, norm_cfg)
 
