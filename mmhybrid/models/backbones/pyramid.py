@@ -1,13 +1,8 @@
-"""The four-stage pyramid every hierarchical mmhybrid backbone runs.
-
-SoLAVision / InfiniteVLVision (a per-layer schedule of WKV, softmax, Gated
-DeltaNet and sliding-window blocks, with Hidden State Bridges) and SwinELFATT /
-CSWin (a per-stage attention plan) differ in their stem, merges and in which
-mixer each :class:`~mmhybrid.layers.Block` holds; they run the same way: stem,
-then per stage an optional merge and the blocks, a fresh
-:class:`~mmhybrid.layers.MixerState` per stage (HAViT's history restarts), the
-bridges, and a norm per output.
-"""
+"""The four-stage pyramid of SoLAVision / InfiniteVLVision (a layer schedule with
+Hidden State Bridges) and SwinELFATT / CSWin (an attention plan): they differ in
+stem, merges and mixers and run the same way: stem, then per stage an optional
+merge and the blocks, a fresh :class:`~mmhybrid.layers.MixerState` per stage
+(HAViT's history restarts), the bridges, and a norm per output."""
 import torch.nn as nn
 
 from mmhybrid.layers import MixerState
