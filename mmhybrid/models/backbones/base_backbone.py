@@ -20,7 +20,7 @@ class ArchError(KeyError):
     without KeyError's quotes."""
 
     def __str__(self):
-        return str(self.args[0]) if self.args else ''
+        return str(self.args[0])
 
 
 def resolve_arch(arch, zoo, owner, required, **overrides):
@@ -118,8 +118,8 @@ class BaseBackbone(BaseModule):
             if not isinstance(pretrained, str):
                 raise TypeError(f'pretrained must be a str or None, got '
                                 f'{type(pretrained).__name__}')
-            warnings.warn(f'{type(self).__name__}: pretrained is deprecated, using '
-                          f'init_cfg=dict(type="Pretrained", checkpoint={pretrained!r})')
+            warnings.warn(f'{type(self).__name__}: pretrained is deprecated, using init_'
+                          f'cfg=dict(type="Pretrained", checkpoint={pretrained!r})')
             init_cfg = dict(type='Pretrained', checkpoint=pretrained)
         super().__init__(init_cfg)
         if not -1 <= frozen_stages <= num_stages:
