@@ -15,9 +15,9 @@ class PyramidBackbone(BaseBackbone):
     A subclass builds ``patch_embed`` (and the position embedding, if any) and its
     blocks, implements :meth:`stage_blocks` (the blocks of stage ``i``),
     :meth:`merge` (the module that merges into stage ``i``, None for stage 0) and
-    :meth:`stage_modules`, and calls :meth:`build_outputs` last. Hidden State Bridges (SoLA Eq. 10)
-    live in ``self.bridges``, keyed by their target ``"<stage>_<layer>"`` (1-based),
-    with their sources in ``self.bridge_sources``.
+    :meth:`stage_modules`, and calls :meth:`build_outputs` last. Hidden State
+    Bridges (SoLA Eq. 10) live in ``self.bridges``, keyed by their target
+    ``"<stage>_<layer>"`` (1-based), their sources in ``self.bridge_sources``.
     """
 
     def __init__(self, num_stages, *args):
