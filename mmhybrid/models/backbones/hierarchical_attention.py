@@ -92,7 +92,7 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
             else None)
         self.drop_after_pos = nn.Dropout(drop_rate)
 
-        common = dict(qkv_bias=qkv_bias, qk_scale=qk_scale,
+        common = dict(qkv_bias=qkv_bias, qk_scale=qk_scale, lepe=lepe,
                       attn_drop=attn_drop_rate, proj_drop=drop_rate)
         dpr = iter(torch.linspace(0, drop_path_rate, sum(depths)).tolist())
         self.stages = nn.ModuleList()
@@ -100,17 +100,16 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
             blocks = []
             for j, kind in enumerate(self.plan[i]):
                 if kind == 'local':
-                    attention = self.build_local_attention(
-                        i, j, dims[i], num_heads[i], lepe=lepe, **common)
+                    attention = self.build_local_attention(i, j, dims[i],
+                                                           num_heads[i], **common)
                 elif kind == 'global':
-                    attention = SoftmaxAttention(dims[i], num_heads[i], lepe=lepe,
+                    attention = SoftmaxAttention(dims[i], num_heads[i],
                                                  history=history, **common)
                 else:
-                    ratio = 1. if kind == 'effatt' else global_ratio
                     attention = ELFATTAttention(
                         dims[i], num_heads[i], block_size=block_sizes[i],
-                        block_layout=block_layout, global_ratio=ratio, lepe=lepe,
-                        **common)
+                        block_layout=block_layout, **common,
+                        global_ratio=1. if kind == 'effatt' else global_ratio)
                 blocks.append(Block(
                     dims[i], attention,
                     FFN(dims[i], mlp_ratio, drop=drop_rate, act_cfg=act_cfg),
