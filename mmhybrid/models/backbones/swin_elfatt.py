@@ -69,7 +69,8 @@ class SwinELFATT(HierarchicalAttentionBackbone):
             # the paper's ELFATT models merge with a 3x3/2 conv (Table 1);
             # official Swin weights and the LOCAL/GLOBAL/EFFATT rows are linear
             elfatt = any('elfatt' in stage for stage in self.plan)
-            self.downsample = 'conv' if elfatt and not self.convert_weights else 'linear'
+            self.downsample = ('conv' if elfatt and not self.convert_weights
+                               else 'linear')
         if self.downsample == 'conv':
             return ConvMerging(in_channels, out_channels, norm_cfg=norm_cfg)
         return PatchMerging(in_channels, out_channels, norm_cfg=norm_cfg)
