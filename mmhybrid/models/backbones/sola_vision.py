@@ -47,9 +47,9 @@ LAYER_NAMES = {'L': 'WKV linear', 'S': 'global softmax',
 # and HSB routes. Our counts against the paper's, and the readings checked for T's
 # parameters and S's FLOPs (e.g. S and B with exchanged stage-1 widths), are in
 # docs/design.md. Routes are ((stage, layer) of an 'L' source, (stage, layer) of an
-# 'S' target), 1-based. For B the table prints
-# targets (3,3),(3,6),...,(3,15), which are 'L' layers of its schedule; we read them as
-# the softmax layers that follow (3,4),(3,7),...,(3,16) -- see docs/design.md.
+# 'S' target), 1-based. For B the table prints targets (3,3),(3,6),...,(3,15), which
+# are 'L' layers of its schedule; we read them as the softmax layers that follow
+# (3,4),(3,7),...,(3,16) -- see docs/design.md.
 _T = dict(embed_dims=(96, 128, 192, 256), schedule='LL/LL/LLSLLS/LS',
           hsb_routes=(((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2))))
 ARCH_ZOO = {
