@@ -21,16 +21,11 @@ PRESET_PLANS = {
 
 
 def parse_attention_plan(plan, depths):
-    """Expand a plan to one attention type name per block.
+    """``plan[i][j]``, the attention type name of block ``j`` of stage ``i``.
 
-    Args:
-        plan (str | list): a preset (``'elfatt'``, ``'effatt'``, ``'global'``,
-            ``'local'``), a compact string with one comma-separated pattern per
-            stage (``'E,E,GE,G'``), or a list with one entry per stage, each a
-            type name, a letter pattern, or a list of type names.
-        depths (list[int]): blocks per stage.
-    Returns:
-        list[list[str]]: ``plan[i][j]`` is the type of block ``j`` of stage ``i``.
+    ``plan`` is a preset (a key of ``PRESET_PLANS``), a string with one
+    comma-separated pattern per stage (``'E,E,GE,G'``) or a list with one entry
+    per stage: a type name, a letter pattern or a list of type names.
     """
     names = list(ATTENTION_TYPES.values())
     plan = PRESET_PLANS.get(plan, plan) if isinstance(plan, str) else plan
