@@ -20,55 +20,31 @@ PRESET_PLANS = {
 }
 
 
-def _plan_help(num_stages):
-    letters = ', '.join(f'{k} {v}' for k, v in ATTENTION_TYPES.items())
-    return (f'use a preset ({", ".join(repr(p) for p in PRESET_PLANS)}) or one '
-            f'pattern per stage ({num_stages}) separated by commas, e.g. '
-            f"'E,E,GE,G' (letters: {letters})")
-
-
-def _stage_pattern(entry):
-    """'elfatt' | 'GE' | ['global', 'elfatt'] -> ('global', 'elfatt', ...)."""
-    if isinstance(entry, str):
-        if entry in ATTENTION_TYPES.values():
-            return (entry, )
-        if entry and set(entry) <= set(ATTENTION_TYPES):
-            return tuple(ATTENTION_TYPES[c] for c in entry)
-        raise ValueError(f'unknown attention pattern {entry!r}: use letters '
-                         f'{sorted(ATTENTION_TYPES)} or names '
-                         f'{sorted(ATTENTION_TYPES.values())}')
-    names = tuple(entry)
-    for name in names:
-        if name not in ATTENTION_TYPES.values():
-            raise ValueError(f'unknown attention type {name!r}; use '
-                             f'{sorted(ATTENTION_TYPES.values())}')
-    if not names:
-        raise ValueError('empty attention pattern')
-    return names
-
-
 def parse_attention_plan(plan, depths):
-    """Expand a plan to one attention type name per block.
+    """``plan[i][j]``, the attention type name of block ``j`` of stage ``i``.
 
-    Args:
-        plan (str | list): a preset (``'elfatt'``, ``'effatt'``, ``'global'``,
-            ``'local'``), a compact string with one comma-separated pattern per
-            stage (``'E,E,GE,G'``), or a list with one entry per stage, each a
-            type name, a letter pattern, or a list of type names.
-        depths (list[int]): blocks per stage.
-    Returns:
-        list[list[str]]: ``plan[i][j]`` is the type of block ``j`` of stage ``i``.
+    ``plan`` is a preset (a key of ``PRESET_PLANS``), a string with one
+    comma-separated pattern per stage (``'E,E,GE,G'``) or a list with one entry
+    per stage: a type name, a letter pattern or a list of type names.
     """
-    if isinstance(plan, str) and plan not in PRESET_PLANS and ',' not in plan:
-        raise ValueError(f'unknown attention plan {plan!r}: '
-                         f'{_plan_help(len(depths))}')
+    names = list(ATTENTION_TYPES.values())
     plan = PRESET_PLANS.get(plan, plan) if isinstance(plan, str) else plan
     entries = plan.replace(' ', '').split(',') if isinstance(plan, str) else list(plan)
     if len(entries) != len(depths):
-        raise ValueError(f'attention plan {plan!r} has {len(entries)} stages, '
-                         f'the backbone has {len(depths)}: {_plan_help(len(depths))}')
+        what = (f'attention plan {plan!r} has {len(entries)} stages' if len(entries) > 1
+                else f'unknown attention plan {plan!r}')
+        raise ValueError(
+            f'{what}, the backbone has {len(depths)}: use a preset ('
+            f'{", ".join(map(repr, PRESET_PLANS))}) or one pattern per stage '
+            f"({len(depths)}) separated by commas, e.g. 'E,E,GE,G' (letters: "
+            f'{", ".join(f"{k} {v}" for k, v in ATTENTION_TYPES.items())})')
     expanded = []
     for entry, depth in zip(entries, depths):
-        pattern = _stage_pattern(entry)
+        # 'elfatt' | 'GE' | ['global', 'elfatt'] -> ['global', 'elfatt', ...]
+        pattern = list(entry) if not isinstance(entry, str) else (
+            [entry] if entry in names else [ATTENTION_TYPES.get(c) for c in entry])
+        if not pattern or not set(pattern) <= set(names):
+            raise ValueError(f'unknown attention pattern {entry!r}: use letters '
+                             f'{sorted(ATTENTION_TYPES)} or names {sorted(names)}')
         expanded.append([pattern[j % len(pattern)] for j in range(depth)])
     return expanded

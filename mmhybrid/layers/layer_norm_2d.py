@@ -1,6 +1,5 @@
 """LayerNorm over the channels of (B, C, H, W) maps (ViTDet's neck norm)."""
 import torch.nn as nn
-import torch.nn.functional as F
 
 from mmhybrid.registry import register_model
 
@@ -17,7 +16,4 @@ class LayerNorm2d(nn.LayerNorm):
         super().__init__(num_channels, eps=eps, **kwargs)
 
     def forward(self, x):
-        x = x.permute(0, 2, 3, 1)
-        x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias,
-                         self.eps)
-        return x.permute(0, 3, 1, 2)
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)

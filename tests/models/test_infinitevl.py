@@ -11,8 +11,7 @@ from mmhybrid.layers import (BidirectionalGatedDeltaNet, HiddenStateBridge,
                              SpatialMix)
 from mmhybrid.models.backbones import InfiniteVLVision, SoLAVision
 from mmhybrid.models.backbones.infinitevl_vision import block_schedule
-from mmhybrid.models.backbones.sola_vision import (gated_deltanet_block,
-                                                   sliding_window_block)
+from mmhybrid.models.backbones.sola_vision import build_layer
 from mmhybrid.registry import MODELS
 
 DIMS = (16, 16, 32, 32)
@@ -54,8 +53,8 @@ def test_gdn_mixer_is_bidirectional():
 
 
 def test_gdn_layer_shapes_conv_and_expand():
-    layer = gated_deltanet_block(24, 3, expand_v=2, drop_path=0.1,
-                                 layer_scale_init_value=1e-5)
+    layer = build_layer('G', 24, 3, expand_v=2, drop_path=0.1,
+                        layer_scale_init_value=1e-5)
     x = torch.randn(2, 5 * 9, 24, requires_grad=True)
     y, state = layer(x, (5, 9))
     assert y.shape == x.shape and state.hidden.shape == (2, 45, 48)
@@ -66,9 +65,9 @@ def test_gdn_layer_shapes_conv_and_expand():
     assert not any('bias' in n for n, _ in layer.attn.named_parameters()
                    if n != 'dt_bias')  # no projection bias (InfiniteVL)
     with pytest.raises(ValueError, match='divisible'):
-        gated_deltanet_block(24, 5)
+        build_layer('G', 24, 5)
     with pytest.raises(ValueError, match='conv_size'):
-        gated_deltanet_block(24, 3, conv_size=4)
+        build_layer('G', 24, 3, conv_size=4)
 
 
 def test_gdn_decay_parameterisation():
@@ -89,10 +88,10 @@ def test_sliding_window_layer_is_local():
     expected = torch.zeros(6, 8, dtype=torch.bool)
     expected[2:5, 3:6] = True
     assert torch.equal(seen, expected)
-    layer = sliding_window_block(16, 2, window_size=(3, 5))
+    layer = build_layer('W', 16, 2, window_size=(3, 5))
     assert layer(torch.randn(2, 7 * 3, 16), (7, 3))[0].shape == (2, 21, 16)
     with pytest.raises(ValueError, match='odd'):
-        sliding_window_block(16, 2, window_size=4)
+        build_layer('W', 16, 2, window_size=4)
 
 
 def test_schedule_vocabulary_and_bridge_from_g():

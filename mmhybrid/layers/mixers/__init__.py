@@ -1,9 +1,6 @@
-"""Token mixers: ``mixer(x, hw_shape, state) -> (out, state)``, one file each.
-
-The attention mixers share :class:`AttentionMixer` (qkv, heads, LePE, proj) and
-write only ``attend``; the WKV, Gated DeltaNet and InfSA mixers keep their own
-projections (their checkpoints' key names).
-"""
+"""Token mixers, ``mixer(x, hw_shape, state) -> (out, state)``, one per file;
+WKV, Gated DeltaNet and InfSA keep their own projections (their checkpoints' key
+names), the others write only ``attend`` on :class:`AttentionMixer`."""
 from .base import AttentionMixer, from_heads, to_heads
 from .cross_shaped_window import CrossShapedWindowAttention
 from .elfatt import ELFATTAttention, split_elfatt_heads

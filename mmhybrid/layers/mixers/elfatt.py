@@ -7,8 +7,6 @@ from mmhybrid.ops.elfatt import block_window, map_windows, window_block_attentio
 from ..mlp import map_to_tokens, tokens_to_map
 from .base import AttentionMixer, from_heads, to_heads
 
-BLOCK_LAYOUTS = ('2d', '1d')
-
 
 def split_elfatt_heads(dims, num_heads, global_ratio):
     """Channels and heads of the global (EFFATT) and local (blockify) parts.
@@ -71,9 +69,8 @@ class ELFATTAttention(AttentionMixer):
     def __init__(self, dims, num_heads, block_size=49, global_ratio=0.5,
                  block_layout='2d', lepe=True, **kwargs):
         super().__init__(dims, num_heads, lepe=lepe, **kwargs)
-        if block_layout not in BLOCK_LAYOUTS:
-            raise ValueError(f'block_layout must be one of {BLOCK_LAYOUTS}, '
-                             f'got {block_layout!r}')
+        if block_layout not in ('2d', '1d'):
+            raise ValueError(f"block_layout must be '2d' or '1d', got {block_layout!r}")
         self.block_size = block_size
         self.global_ratio = global_ratio
         self.block_layout = block_layout

@@ -30,10 +30,8 @@ from mmhybrid.ops import pure_infsa
 from mmhybrid.ops.infsa import linear_infsa_context
 from ..block import MixerState
 from ..mlp import map_to_tokens, tokens_to_map
+from .base import from_heads, to_heads
 
-VARIANTS = ('pure', 'linear')
-LOCAL_PATHS = (None, 'lepe')
-DISCOUNTS = ('layer', 'depth')
 
 
 def gamma_to_logit(gamma):
@@ -64,16 +62,14 @@ class InfSAttention(nn.Module):
                  qkv_bias=True, gamma_init=0.7, depth=1, discount='layer',
                  local_path=None, eps=1e-6):
         super().__init__()
-        if variant not in VARIANTS:
-            raise ValueError(f'unknown InfSA variant {variant!r}; use {VARIANTS}')
-        if discount not in DISCOUNTS:
-            raise ValueError(f'unknown discount {discount!r}; use {DISCOUNTS}')
-        if local_path not in LOCAL_PATHS:
-            raise ValueError(f'unknown local_path {local_path!r}; use {LOCAL_PATHS}')
-        if dims % num_heads:
-            raise ValueError(f'dims {dims} not divisible by num_heads {num_heads}')
-        if not 0 < gamma_init < 1 or depth < 1:
-            raise ValueError(f'need 0 < gamma_init < 1 and depth >= 1, got '
+        for name, value, valid in (('variant', variant, ('pure', 'linear')),
+                                   ('discount', discount, ('layer', 'depth')),
+                                   ('local_path', local_path, (None, 'lepe'))):
+            if value not in valid:
+                raise ValueError(f'unknown InfSA {name} {value!r}; use {valid}')
+        if dims % num_heads or not 0 < gamma_init < 1 or depth < 1:
+            raise ValueError(f'InfSA needs num_heads ({num_heads}) dividing dims '
+                             f'({dims}), 0 < gamma_init < 1 and depth >= 1, got '
                              f'{gamma_init}, {depth}')
         self.variant = variant
         self.num_heads = num_heads
@@ -104,30 +100,18 @@ class InfSAttention(nn.Module):
     def reset_gamma(self):
         nn.init.constant_(self.gamma_logit, gamma_to_logit(self.gamma_init))
 
-    def _heads(self, x):
-        B, N, C = x.shape
-        return x.view(B, N, self.num_heads, C // self.num_heads).transpose(1, 2)
-
-    def _local(self, v, hw_shape):
-        """LePE on the spatial tokens (the last H*W); extra tokens get zero."""
-        B, N, C = v.shape
-        H, W = hw_shape
-        extra = N - H * W
-        local = map_to_tokens(self.lepe(tokens_to_map(v[:, extra:], hw_shape)))
-        return torch.cat((local.new_zeros(B, extra, C), local), dim=1)
-
     def forward(self, x, hw_shape, state=MixerState()):
-        B, N, C = x.shape
-        q = self._heads(self.q(x))
-        k = q if self.k is None else self._heads(self.k(x))
+        q = to_heads(self.q(x), self.num_heads)
+        k = q if self.k is None else to_heads(self.k(x), self.num_heads)
         v_tokens = self.v(x)
-        v = self._heads(v_tokens)
-        scale = self.gamma.pow(self.power).to(v.dtype)[:, None, None]
-        if self.variant == 'pure':
-            out = pure_infsa(q, k, v, eps=self.eps) * scale
-        else:
-            out = linear_infsa_context(q, k, v, eps=self.eps) * scale
-        out = out.transpose(1, 2).reshape(B, -1, C)
-        if self.lepe is not None:
-            out = out + self._local(v_tokens, hw_shape)
+        v = to_heads(v_tokens, self.num_heads)
+        op = pure_infsa if self.variant == 'pure' else linear_infsa_context
+        out = from_heads(op(q, k, v, eps=self.eps) *
+                         self.gamma.pow(self.power).to(v.dtype)[:, None, None])
+        if self.lepe is not None:  # on the spatial tokens (the last H*W); extra: 0
+            extra = x.shape[1] - hw_shape[0] * hw_shape[1]
+            local = map_to_tokens(self.lepe(tokens_to_map(v_tokens[:, extra:],
+                                                          hw_shape)))
+            out = out + torch.cat((local.new_zeros(x.shape[0], extra, local.shape[2]),
+                                   local), dim=1)
         return self.proj(out), state

@@ -1,13 +1,15 @@
 """Behaviour every mmhybrid backbone shares with OpenMMLab's own backbones."""
 import warnings
 
+import torch
 import torch.nn as nn
 import torch.utils.checkpoint as cp
+from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule, initialize
 from mmengine.model.weight_init import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ..utils import load_pretrained
+from ..utils import load_pretrained, resize_pos_embed
 
 # OpenMMLab habit (mmpretrain's arch_zoo lists 't' and 'tiny' alike)
 ARCH_ALIASES = {'tiny': 't', 'small': 's', 'base': 'b', 'large': 'l'}
@@ -18,29 +20,24 @@ class ArchError(KeyError):
     without KeyError's quotes."""
 
     def __str__(self):
-        return str(self.args[0]) if self.args else ''
+        return str(self.args[0])
 
 
-def resolve_arch(arch, zoo, owner, required):
-    """A copy of the settings of ``arch``: a key of ``zoo``, an alias of one
-    ('tiny', 'small', 'base', 'large'; any case), or a dict (``required`` names
-    its keys in the error; :func:`require_keys` checks them)."""
-    if isinstance(arch, dict):
-        return dict(arch)
-    if isinstance(arch, str):
-        key = arch.lower()
+def resolve_arch(arch, zoo, owner, required, **overrides):
+    """A copy of the settings of ``arch`` (a key of ``zoo``, an alias of one such as
+    'tiny', any case, or a dict), updated by the ``overrides`` that are not None;
+    it must hold every key of ``required``."""
+    if not isinstance(arch, dict):
+        key = arch.lower() if isinstance(arch, str) else arch
         key = key if key in zoo else ARCH_ALIASES.get(key, key)
-        if key in zoo:
-            return dict(zoo[key])
-    aliases = {v: k for k, v in ARCH_ALIASES.items()}
-    names = ', '.join(repr(k) + (f' ({aliases[k]!r})' if k in aliases else '')
-                      for k in zoo)
-    raise ArchError(f'unknown {owner} arch {arch!r}; use one of {names}, or a '
-                    f'dict with {", ".join(required)}')
-
-
-def require_keys(arch, required, owner):
-    """``arch`` if it has every key of ``required``."""
+        if key not in zoo:
+            aliases = {v: k for k, v in ARCH_ALIASES.items()}
+            names = ', '.join(repr(k) + (f' ({aliases[k]!r})' if k in aliases else '')
+                              for k in zoo)
+            raise ArchError(f'unknown {owner} arch {arch!r}; use one of {names}, '
+                            f'or a dict with {", ".join(required)}')
+        arch = zoo[key]
+    arch = dict(arch, **{k: v for k, v in overrides.items() if v is not None})
     missing = [k for k in required if k not in arch]
     if missing:
         raise ValueError(f'{owner} arch dict {arch} lacks {missing}; it needs '
@@ -56,44 +53,34 @@ def check_rates(owner, **rates):
                              f'got {value}')
 
 
-
 def parse_out_indices(out_indices, num_outputs, owner=None, unit='outputs'):
-    """``3``, ``(1, 3)`` or ``[-1]`` -> sorted tuple in ``[0, num_outputs)``.
-
-    Negative indices count from the end (as mmpretrain and mmseg's ViT allow).
-    Outputs come in forward order, so the indices are returned sorted. ``owner``
-    and ``unit`` ('stages', 'layers') only word the error messages.
-    """
-    given = out_indices
-    prefix = f'{owner}: ' if owner else ''
-    if isinstance(out_indices, int):
-        out_indices = (out_indices, )
+    """``3``, ``(1, 3)`` or ``[-1]`` -> sorted tuple in ``[0, num_outputs)``;
+    negative indices count from the end (as mmpretrain and mmseg's ViT allow)."""
+    given, n = out_indices, num_outputs
+    prefix = f'{owner}: out_indices {given!r}' if owner else f'out_indices {given!r}'
     try:
-        out_indices = [int(i) for i in out_indices]
+        out_indices = [int(i) for i in ((out_indices, ) if isinstance(out_indices, int)
+                                        else out_indices)]
     except (TypeError, ValueError):
-        raise TypeError(f'{prefix}out_indices must be an int or a sequence of ints, '
-                        f'got {given!r}') from None
-    if not out_indices:
-        raise ValueError(f'{prefix}out_indices {given!r} out of range: it is empty, '
-                         f'name at least one of the {num_outputs} {unit}')
-    if any(not -num_outputs <= i < num_outputs for i in out_indices):
-        raise ValueError(f'{prefix}out_indices {given!r} out of range: it has '
-                         f'{num_outputs} {unit}, use 0..{num_outputs - 1} (or '
-                         f'-{num_outputs}..-1 from the end)')
-    out_indices = [i % num_outputs for i in out_indices]
+        raise TypeError(f'{prefix} must be an int or a sequence of ints') from None
+    if not out_indices or any(not -n <= i < n for i in out_indices):
+        raise ValueError(f'{prefix} out of range: it has {n} {unit}, use 0..{n - 1} '
+                         f'(or -{n}..-1 from the end)'
+                         f'{"; it is empty, name at least one" * (not out_indices)}')
+    out_indices = [i % n for i in out_indices]
     if len(set(out_indices)) != len(out_indices):
-        raise ValueError(f'{prefix}out_indices {given!r} names an output twice')
+        raise ValueError(f'{prefix} names an output twice')
     return tuple(sorted(out_indices))
 
 
 class BaseBackbone(BaseModule):
     """``out_indices``, ``frozen_stages``, ``norm_eval``, ``with_cp``, Pretrained.
 
-    Subclasses implement :meth:`stage_parts` (what stage ``i`` owns; 0 is the stem)
-    and :meth:`unused_parts` (what the outputs named by ``out_indices`` do not
-    need), extend :meth:`init_scratch` with their own parameters, call
-    :meth:`run_layer` for each layer so that ``with_cp`` applies, and stop their
-    forward after the last output.
+    Subclasses implement :meth:`stage_modules` (what ``frozen_stages`` freezes with
+    stage ``i``) and :meth:`unused_parts` (what the outputs named by ``out_indices``
+    do not need), call :meth:`build_outputs` last, run each layer through
+    :meth:`run_layer` so that ``with_cp`` applies, and stop their forward after
+    the last output.
 
     Args:
         num_stages (int): number of stages (or layers) ``out_indices`` indexes.
@@ -108,15 +95,11 @@ class BaseBackbone(BaseModule):
         pretrained (str, optional): deprecated, as in mmseg: mmseg's
             ``EncoderDecoder`` passes the model-level ``pretrained`` here; it
             becomes ``init_cfg=dict(type='Pretrained', checkpoint=pretrained)``.
-        init_cfg (dict | list[dict]): initialisers; a
-            ``dict(type='Pretrained', checkpoint=..., prefix=None, strict=None)``
-            entry loads a bare backbone state dict or a model checkpoint
-            (``backbone.`` keys found automatically), resizes position embeddings
-            and reports missing/unexpected/mismatched keys; it fails when less
-            than half the backbone matches unless ``strict=False`` (see
-            :func:`mmhybrid.models.utils.load_pretrained`). Other entries go to
-            mmengine's ``initialize`` first; Pretrained entries are applied last,
-            as mmengine does.
+        init_cfg (dict | list[dict]): initialisers, applied after mmengine's
+            others as mmengine does: ``dict(type='Pretrained', checkpoint=...,
+            prefix=None, strict=None)`` loads a backbone or model checkpoint
+            through :func:`mmhybrid.models.utils.load_pretrained` (``backbone.``
+            keys found, position embeddings resized, mismatches reported).
     """
     pos_embed_keys = ('pos_embed', )
     num_extra_tokens = 0
@@ -129,16 +112,14 @@ class BaseBackbone(BaseModule):
                  with_cp=False, init_cfg=None, out_indices=-1, pretrained=None):
         if pretrained is not None:
             if init_cfg is not None:
-                raise ValueError(
-                    'init_cfg and pretrained cannot be set at the same time '
-                    '(mmseg passes the model-level pretrained to the backbone): '
-                    'keep one of them')
+                raise ValueError('init_cfg and pretrained cannot be set at the same '
+                                 'time (mmseg passes the model-level pretrained to '
+                                 'the backbone): keep one of them')
             if not isinstance(pretrained, str):
                 raise TypeError(f'pretrained must be a str or None, got '
                                 f'{type(pretrained).__name__}')
-            warnings.warn(
-                f'{type(self).__name__}: pretrained is deprecated, using '
-                f'init_cfg=dict(type="Pretrained", checkpoint={pretrained!r})')
+            warnings.warn(f'{type(self).__name__}: pretrained is deprecated, using init_'
+                          f'cfg=dict(type="Pretrained", checkpoint={pretrained!r})')
             init_cfg = dict(type='Pretrained', checkpoint=pretrained)
         super().__init__(init_cfg)
         if not -1 <= frozen_stages <= num_stages:
@@ -151,16 +132,52 @@ class BaseBackbone(BaseModule):
         self.with_cp = with_cp
 
     def stage_parts(self, index):
-        """Modules and parameters owned by stage ``index`` (0 = stem)."""
-        raise NotImplementedError
+        """What stage ``index`` owns: the stem for 0, else :meth:`stage_modules`
+        of stage ``index - 1`` and its output norm."""
+        if index == 0:
+            return self.stem_parts()
+        norm = getattr(self, f'norm{index - 1}', None)
+        return [*self.stage_modules(index - 1), *([norm] if norm is not None else [])]
+
+    def stem_parts(self):
+        """The patch stem, class token and position embedding (those present)."""
+        return [p for p in (getattr(self, k, None) for k in (
+            'patch_embed', 'cls_token', *self.pos_embed_keys)) if p is not None]
 
     def unused_parts(self):
         """Modules and parameters after the last output (not run, not trained)."""
         return []
 
+    def build_outputs(self, channels, norm_cfg):
+        """A norm per output ``i`` (``norm{i}``, ``channels[i]`` wide), then freeze."""
+        for i in self.out_indices:
+            self.add_module(f'norm{i}', build_norm_layer(norm_cfg, channels[i])[1])
+        self._freeze_stages()
+
+    def embed(self, x):
+        """(B, C, H, W) image -> (tokens with the class token and the resized
+        position embedding, hw) after checking the input."""
+        channels = self.patch_embed.projection.in_channels
+        name, m = type(self).__name__, self.min_input_size
+        if x.dim() != 4 or x.shape[1] != channels:
+            raise ValueError(f'{name} expects a (B, C, H, W) image batch with C = '
+                             f'{channels}, got shape {tuple(x.shape)}')
+        if min(x.shape[-2:]) < m:
+            raise ValueError(f'{name} needs images of at least {m}x{m} pixels, got '
+                             f'{x.shape[-2]}x{x.shape[-1]}: resize or pad the input')
+        x, hw = self.patch_embed(x)
+        if getattr(self, 'cls_token', None) is not None:
+            x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+        pos_embed = getattr(self, self.pos_embed_keys[0])
+        if pos_embed is not None:
+            x = x + resize_pos_embed(pos_embed, self.pos_grid, hw,
+                                     self.num_extra_tokens)
+        return self.drop_after_pos(x), hw
+
     def init_scratch(self):
         """Transformer defaults for training from scratch: truncated-normal (0.02)
-        linear weights and position embeddings, zero biases, unit LayerNorms."""
+        linear weights, position embeddings and class token, zero biases, unit
+        LayerNorms."""
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 trunc_normal_(m.weight, std=.02)
@@ -169,22 +186,9 @@ class BaseBackbone(BaseModule):
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
-        for key in self.pos_embed_keys:
+        for key in (*self.pos_embed_keys, 'cls_token'):
             if getattr(self, key, None) is not None:
                 trunc_normal_(getattr(self, key), std=.02)
-
-    def check_input(self, x):
-        """A (B, C, H, W) batch with the stem's channels and at least
-        ``min_input_size`` pixels per side."""
-        channels = self.patch_embed.projection.in_channels
-        name = type(self).__name__
-        if x.dim() != 4 or x.shape[1] != channels:
-            raise ValueError(f'{name} expects a (B, C, H, W) image batch with C = '
-                             f'{channels}, got shape {tuple(x.shape)}')
-        if min(x.shape[-2:]) < self.min_input_size:
-            raise ValueError(f'{name} needs images of at least {self.min_input_size}'
-                             f'x{self.min_input_size} pixels, got '
-                             f'{x.shape[-2]}x{x.shape[-1]}: resize or pad the input')
 
     def run_layer(self, layer, *args):
         if self.with_cp and self.training and any(
@@ -196,16 +200,16 @@ class BaseBackbone(BaseModule):
         self.init_scratch()
         cfgs = self.init_cfg or []
         cfgs = [cfgs] if isinstance(cfgs, dict) else list(cfgs)
-        pretrained = [c for c in cfgs if c.get('type') == 'Pretrained']
         others = [c for c in cfgs if c.get('type') != 'Pretrained']
         if others:
             initialize(self, others)
-        for cfg in pretrained:
-            load_pretrained(
-                self, cfg['checkpoint'], prefix=cfg.get('prefix'),
-                map_location=cfg.get('map_location', 'cpu'),
-                pos_embed_keys=self.pos_embed_keys,
-                num_extra_tokens=self.num_extra_tokens, strict=cfg.get('strict'))
+        for cfg in cfgs:
+            if cfg.get('type') == 'Pretrained':
+                load_pretrained(
+                    self, cfg['checkpoint'], prefix=cfg.get('prefix'),
+                    map_location=cfg.get('map_location', 'cpu'),
+                    pos_embed_keys=self.pos_embed_keys,
+                    num_extra_tokens=self.num_extra_tokens, strict=cfg.get('strict'))
         self._is_init = True
         self._freeze_stages()
 
@@ -213,12 +217,9 @@ class BaseBackbone(BaseModule):
         frozen = [part for index in range(self.frozen_stages + 1)
                   for part in self.stage_parts(index)]
         for part in frozen + list(self.unused_parts()):
-            if isinstance(part, nn.Parameter):
-                part.requires_grad = False
-                continue
-            part.eval()
-            for param in part.parameters():
-                param.requires_grad = False
+            part.requires_grad_(False)
+            if isinstance(part, nn.Module):
+                part.eval()
 
     def train(self, mode=True):
         super().train(mode)

@@ -16,18 +16,15 @@ class CSWin(HierarchicalAttentionBackbone):
     """CSWin with ELFATT / LOCAL / GLOBAL / EFFATT attention per stage.
 
     Args:
-        arch (str | dict): ``'t'``/``'tiny'`` (64, [2, 4, 18, 1], [2, 4, 8, 16]),
-            ``'b'``/``'base'`` (96, [3, 6, 29, 2], [4, 8, 16, 32]), both with
-            split sizes [1, 2, 7, 7], or a dict with ``embed_dims``,
-            ``depths``, ``num_heads``, ``split_sizes`` (and ``block_sizes``).
-        attn (str | list): attention plan (default ``'elfatt'``).
+        arch (str | dict): see :class:`HierarchicalAttentionBackbone`; a dict
+            may also give ``split_sizes`` and ``block_sizes``.
         split_sizes (tuple[int], optional): stripe width per stage of the
             ``'local'`` blocks (overrides the arch). Stage 4 attends over the
             whole map, as CSWin's last stage does.
         block_sizes (tuple[int], optional): ELFATT block per stage (overrides
             the arch): ``'t'`` 49-49-196-49, ``'b'`` 196-196-196-49, the sizes
             Table 1's FLOPs of CSWin-T/B-ELFATT imply (docs/design.md).
-        **kwargs: see :class:`HierarchicalAttentionBackbone`.
+        attn, **kwargs: see :class:`HierarchicalAttentionBackbone`.
     """
     arch_zoo = {
         't': dict(embed_dims=64, depths=(2, 4, 18, 1), num_heads=(2, 4, 8, 16),
@@ -40,14 +37,12 @@ class CSWin(HierarchicalAttentionBackbone):
 
     def __init__(self, arch='t', attn='elfatt', split_sizes=None, block_sizes=None,
                  **kwargs):
-        arch = resolve_arch(arch, self.arch_zoo, 'CSWin',
-                            ('embed_dims', 'depths', 'num_heads', 'split_sizes'))
-        if split_sizes is not None:
-            arch['split_sizes'] = split_sizes
-        self.split_sizes = tuple(arch.get('split_sizes', (1, 2, 7, 7)))
-        block_sizes = block_sizes or arch.get('block_sizes', (49, 49, 196, 49))
-        stem = dict(kernel_size=7, stride=4, padding=2)
-        super().__init__(arch, attn, stem, block_sizes=tuple(block_sizes), **kwargs)
+        arch = resolve_arch(arch, self.arch_zoo, 'CSWin', ('embed_dims', 'depths',
+                                                           'num_heads', 'split_sizes'))
+        self.split_sizes = tuple(split_sizes or arch.get('split_sizes', (1, 2, 7, 7)))
+        block_sizes = tuple(block_sizes or arch.get('block_sizes', (49, 49, 196, 49)))
+        super().__init__(arch, attn, dict(kernel_size=7, stride=4, padding=2),
+                         block_sizes=block_sizes, **kwargs)
 
     def build_downsample(self, in_channels, out_channels, norm_cfg):
         return ConvMerging(in_channels, out_channels, norm_cfg=norm_cfg)

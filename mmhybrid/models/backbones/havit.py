@@ -15,13 +15,10 @@ from .infvit import InfViT
 # 'deit-*': DeiT-T/S/B widths for ImageNet-1K.
 ARCH_ZOO = {
     'paper': dict(embed_dims=192, depth=9, num_heads=12, head_dim=64,
-                  mlp_ratio=512 / 192, qkv_bias=False, attn_types='S'),
-    'deit-t': dict(embed_dims=192, depth=12, num_heads=3, mlp_ratio=4.,
-                   attn_types='S'),
-    'deit-s': dict(embed_dims=384, depth=12, num_heads=6, mlp_ratio=4.,
-                   attn_types='S'),
-    'deit-b': dict(embed_dims=768, depth=12, num_heads=12, mlp_ratio=4.,
-                   attn_types='S'),
+                  mlp_ratio=512 / 192, qkv_bias=False),
+    'deit-t': dict(embed_dims=192, depth=12, num_heads=3, mlp_ratio=4.),
+    'deit-s': dict(embed_dims=384, depth=12, num_heads=6, mlp_ratio=4.),
+    'deit-b': dict(embed_dims=768, depth=12, num_heads=12, mlp_ratio=4.),
 }
 
 
@@ -42,12 +39,12 @@ class HAViT(InfViT):
     """
 
     arch_zoo = ARCH_ZOO
+    arch_keys = ('embed_dims', 'depth', 'num_heads', 'mlp_ratio')
 
     def __init__(self, arch='deit-s', history=dict(alpha=0.45, init='random'),
                  out_type='cls_token', **kwargs):
         if 'attn_types' in kwargs:
             raise TypeError('HAViT layers are all softmax; use InfViT to mix '
                             'attention types')
-        if isinstance(arch, dict):
-            arch = dict(arch, attn_types='S')
-        super().__init__(arch=arch, history=history, out_type=out_type, **kwargs)
+        super().__init__(arch=arch, attn_types='S', history=history,
+                         out_type=out_type, **kwargs)

@@ -1,11 +1,8 @@
-"""Four-stage attention pyramid shared by SwinELFATT and CSWin.
-
-One class builds both: they differ only in the stem, the merge block between
-stages and what their ``'local'`` attention is. Which attention every block uses
-comes from a per-stage plan (:func:`mmhybrid.layers.parse_attention_plan`), so
-the paper's variants (LOCAL, GLOBAL, EFFATT, ELFATT and the Table 4-7 ablations)
-are config changes of one model.
-"""
+"""Four-stage attention pyramid of SwinELFATT and CSWin, which differ only in the
+stem, the merge block and their ``'local'`` attention. A per-stage plan
+(:func:`mmhybrid.layers.parse_attention_plan`) picks every block's attention, so
+the paper's variants (LOCAL, GLOBAL, EFFATT, ELFATT, the Table 4-7 ablations) are
+config changes of one model."""
 import torch
 import torch.nn as nn
 from mmcv.cnn.bricks.transformer import PatchEmbed
@@ -13,8 +10,7 @@ from mmengine.model.weight_init import trunc_normal_
 
 from mmhybrid.layers import (FFN, Block, ELFATTAttention, ShiftedWindowAttention,
                              SoftmaxAttention, link_history, parse_attention_plan)
-from ..utils import resize_pos_embed
-from .base_backbone import check_rates, require_keys, resolve_arch
+from .base_backbone import check_rates, resolve_arch
 from .pyramid import PyramidBackbone
 
 
@@ -30,15 +26,17 @@ class AttentionStage(nn.Module):
 class HierarchicalAttentionBackbone(PyramidBackbone):
     """Stem, four stages of attention blocks, an output norm per out index.
 
-    Subclasses define ``arch_zoo``, :meth:`build_downsample` and
-    :meth:`build_local_attention`.
+    Subclasses define ``arch_zoo``, ``build_downsample(in_channels, out_channels,
+    norm_cfg)`` and ``build_local_attention(stage, index, dims, num_heads,
+    **kwargs)``.
 
     Args:
-        arch (str | dict): key of ``arch_zoo`` or a dict with ``embed_dims``,
-            ``depths``, ``num_heads`` (and subclass-specific keys).
-        attn (str | list): attention plan, see
-            :func:`mmhybrid.layers.parse_attention_plan`; ``'elfatt'``,
-            ``'local'``, ``'global'``, ``'effatt'`` or e.g. ``'E,E,GE,G'``.
+        arch (str | dict): a key of ``arch_zoo`` (or 'tiny', 'base') or a dict
+            with ``embed_dims``, ``depths``, ``num_heads``; the arguments of
+            those names override it.
+        attn (str | list): attention plan (:func:`~mmhybrid.layers.
+            parse_attention_plan`): ``'elfatt'``, ``'local'``, ``'global'``,
+            ``'effatt'`` or e.g. ``'E,E,GE,G'``.
         block_sizes (tuple[int]): ELFATT/EFFATT local block size per stage.
         block_layout (str): ELFATT blocks as ``'2d'`` square windows (the
             default) or ``'1d'`` runs of the raster sequence.
@@ -48,11 +46,9 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
             the plan makes ``'global'``, carried between them within a stage
             (see :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
         stem (dict): kwargs of mmcv ``PatchEmbed`` (kernel_size, stride, padding).
-        out_indices (int | sequence[int]): stages whose (normed) maps are
-            returned.
         use_abs_pos_embed (bool): learned absolute position embedding on the
             ``pretrain_img_size / stride`` grid, resized to the input.
-        Others as in mmdet's ``SwinTransformer``.
+        Others as in mmdet's ``SwinTransformer`` and :class:`BaseBackbone`.
     """
     arch_zoo = {}
     pos_embed_keys = ('absolute_pos_embed', )
@@ -66,12 +62,10 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
                  act_cfg=dict(type='GELU'),
                  norm_cfg=dict(type='LN'), convert_weights=None, frozen_stages=-1,
                  norm_eval=False, with_cp=False, pretrained=None, init_cfg=None):
-        name, required = type(self).__name__, ('embed_dims', 'depths', 'num_heads')
-        arch = resolve_arch(arch, self.arch_zoo, name, required)
-        arch.update({k: v for k, v in dict(embed_dims=embed_dims, depths=depths,
-                                           num_heads=num_heads).items()
-                     if v is not None})
-        require_keys(arch, required, name)
+        name = type(self).__name__
+        arch = resolve_arch(arch, self.arch_zoo, name, ('embed_dims', 'depths',
+                                                        'num_heads'),
+                            embed_dims=embed_dims, depths=depths, num_heads=num_heads)
         depths, num_heads = list(arch['depths']), list(arch['num_heads'])
         for key, value in (('depths', depths), ('num_heads', num_heads),
                            ('block_sizes', block_sizes)):
@@ -80,10 +74,8 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
                                  f'got {tuple(value)}')
         check_rates(name, drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
                     drop_path_rate=drop_path_rate)
-        super().__init__(4, frozen_stages=frozen_stages, norm_eval=norm_eval,
-                         with_cp=with_cp, init_cfg=init_cfg,
-                         out_indices=out_indices, pretrained=pretrained)
-        self.arch = arch
+        super().__init__(4, frozen_stages, norm_eval, with_cp, init_cfg, out_indices,
+                         pretrained)
         self.convert_weights = convert_weights
         self.plan = parse_attention_plan(attn, depths)
         if history is not None and not any('global' in p for p in self.plan):
@@ -94,54 +86,40 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
         self.patch_embed = PatchEmbed(
             in_channels=in_channels, embed_dims=dims[0], conv_type='Conv2d',
             norm_cfg=norm_cfg, **stem)
-        if use_abs_pos_embed:
-            stride = stem['stride']
-            self.pos_grid = (pretrain_img_size // stride, ) * 2
-            self.absolute_pos_embed = nn.Parameter(
-                torch.zeros(1, self.pos_grid[0] * self.pos_grid[1], dims[0]))
-        else:
-            self.absolute_pos_embed = None
+        self.pos_grid = (pretrain_img_size // stem['stride'], ) * 2
+        self.absolute_pos_embed = (nn.Parameter(torch.zeros(
+            1, self.pos_grid[0] * self.pos_grid[1], dims[0])) if use_abs_pos_embed
+            else None)
         self.drop_after_pos = nn.Dropout(drop_rate)
 
-        common = dict(qkv_bias=qkv_bias, qk_scale=qk_scale,
+        common = dict(qkv_bias=qkv_bias, qk_scale=qk_scale, lepe=lepe,
                       attn_drop=attn_drop_rate, proj_drop=drop_rate)
-        drop_paths = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        dpr = iter(torch.linspace(0, drop_path_rate, sum(depths)).tolist())
         self.stages = nn.ModuleList()
         for i in range(4):
             blocks = []
             for j, kind in enumerate(self.plan[i]):
                 if kind == 'local':
-                    attention = self.build_local_attention(
-                        i, j, dims[i], num_heads[i], lepe=lepe, **common)
+                    attention = self.build_local_attention(i, j, dims[i],
+                                                           num_heads[i], **common)
                 elif kind == 'global':
-                    attention = SoftmaxAttention(dims[i], num_heads[i], lepe=lepe,
+                    attention = SoftmaxAttention(dims[i], num_heads[i],
                                                  history=history, **common)
                 else:
-                    ratio = 1. if kind == 'effatt' else global_ratio
                     attention = ELFATTAttention(
                         dims[i], num_heads[i], block_size=block_sizes[i],
-                        block_layout=block_layout, global_ratio=ratio, lepe=lepe,
-                        **common)
+                        block_layout=block_layout, **common,
+                        global_ratio=1. if kind == 'effatt' else global_ratio)
                 blocks.append(Block(
                     dims[i], attention,
                     FFN(dims[i], mlp_ratio, drop=drop_rate, act_cfg=act_cfg),
-                    drop_path=drop_paths[sum(depths[:i]) + j], norm_cfg=norm_cfg))
+                    drop_path=next(dpr), norm_cfg=norm_cfg))
             downsample = (self.build_downsample(dims[i], dims[i + 1], norm_cfg)
                           if i < 3 else None)
             self.stages.append(AttentionStage(blocks, downsample))
             link_history(blocks)
         self.num_features = dims
         self.build_outputs(dims, norm_cfg)
-
-    def build_downsample(self, in_channels, out_channels, norm_cfg):
-        raise NotImplementedError
-
-    def build_local_attention(self, stage, index, dims, num_heads, **kwargs):
-        raise NotImplementedError
-
-    def stem_parts(self):
-        return [p for p in (self.patch_embed, self.absolute_pos_embed)
-                if p is not None]
 
     def stage_modules(self, index):
         return [self.stages[index]]  # its blocks and the merge after them
@@ -157,9 +135,3 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
         for m in self.modules():
             if isinstance(m, ShiftedWindowAttention):
                 trunc_normal_(m.relative_position_bias_table, std=.02)
-
-    def embed(self, x):
-        x, hw = self.patch_embed(x)
-        if self.absolute_pos_embed is not None:
-            x = x + resize_pos_embed(self.absolute_pos_embed, self.pos_grid, hw)
-        return self.drop_after_pos(x), hw

@@ -18,9 +18,8 @@ def block_schedule(block, depths):
 
     ``block_schedule('WGGG', (2, 2, 6, 2)) == 'WG/GG/WGGGWG/GG'``.
     """
-    layers = (block * sum(depths))[:sum(depths)]
-    ends = [sum(depths[:i + 1]) for i in range(len(depths))]
-    return '/'.join(layers[end - depth:end] for end, depth in zip(ends, depths))
+    layers = iter(block * sum(depths))
+    return '/'.join(''.join(next(layers) for _ in range(d)) for d in depths)
 
 
 ARCH_ZOO = {

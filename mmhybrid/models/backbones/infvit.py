@@ -9,37 +9,28 @@ parameter counts in docs/design.md ("InfViT").
 
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed
-from mmengine.model.weight_init import trunc_normal_
 
 from mmhybrid.layers import (Block, InfSAttention, MixerState, Mlp,
                              SoftmaxAttention, link_history)
 from mmhybrid.registry import register_model
-from ..utils import resize_pos_embed
-from .base_backbone import (BaseBackbone, check_rates,
-                            require_keys, resolve_arch)
+from .base_backbone import BaseBackbone, check_rates, resolve_arch
 
 ATTN_TYPES = {'P': 'pure', 'L': 'linear', 'S': 'softmax'}
 
 # Width 1024, MLP ratio 4.5 and tied Q = K reproduce Table 1/3 (docs/design.md).
+_L = dict(embed_dims=1024, mlp_ratio=4.5, attn_types='L')
+_B = dict(embed_dims=768, depth=12, mlp_ratio=4.)
 ARCH_ZOO = {
-    'linear-4l': dict(embed_dims=1024, depth=4, num_heads=64, mlp_ratio=4.5,
-                      attn_types='L'),
-    'pure-4l': dict(embed_dims=1024, depth=4, num_heads=16, mlp_ratio=4.5,
-                    attn_types='P'),
-    'linear-24l': dict(embed_dims=1024, depth=24, num_heads=16, mlp_ratio=4.5,
-                       attn_types='L'),
-    'pure-24l': dict(embed_dims=1024, depth=24, num_heads=16, mlp_ratio=4.5,
-                     attn_types='P'),
+    'linear-4l': dict(_L, depth=4, num_heads=64),
+    'pure-4l': dict(_L, depth=4, num_heads=16, attn_types='P'),
+    'linear-24l': dict(_L, depth=24, num_heads=16),
+    'pure-24l': dict(_L, depth=24, num_heads=16, attn_types='P'),
     # ViT-B width/depth (86M with softmax) for dense-prediction comparisons;
     # linear keeps the paper's 4x heads (d_h = 16).
-    'linear-b': dict(embed_dims=768, depth=12, num_heads=48, mlp_ratio=4.,
-                     attn_types='L'),
-    'pure-b': dict(embed_dims=768, depth=12, num_heads=12, mlp_ratio=4.,
-                   attn_types='P'),
+    'linear-b': dict(_B, num_heads=48, attn_types='L'),
+    'pure-b': dict(_B, num_heads=12, attn_types='P'),
 }
-
 OUT_TYPES = ('featmap', 'cls_token', 'avg_featmap')
 
 
@@ -83,20 +74,18 @@ class InfViT(BaseBackbone):
             ('S') layers, carried through all of them (see
             :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
         out_indices (int | sequence[int]): layers whose LayerNorm-ed outputs are
-            returned (negative indices count from the end); e.g. (2, 5, 8, 11)
-            of 12 layers for mmseg's ``MultiLevelNeck`` as its ViT configs do.
+            returned, e.g. (2, 5, 8, 11) for mmseg's ``MultiLevelNeck``.
         out_type (str): what each output is: ``'featmap'`` (B, C, H/p, W/p),
             ``'cls_token'`` (B, C; mmpretrain's ``VisionTransformerClsHead``) or
             ``'avg_featmap'`` (B, C, the mean of the patch tokens).
-        frozen_stages (int): 0 freezes the patch/position embeddings, n > 0 also
-            the first n layers. norm_eval, with_cp, pretrained, init_cfg: see
-            BaseBackbone;
-            ``init_cfg=dict(type='Pretrained', checkpoint=...)`` also reads the
-            ViT checkpoints of mmpretrain, mmseg, timm and the InfSA authors
-            (docs/weights.md).
+        frozen_stages, norm_eval, with_cp, pretrained, init_cfg: see
+            :class:`BaseBackbone` (stages are layers); a Pretrained ``init_cfg``
+            also reads the ViT checkpoints of mmpretrain, mmseg, timm and the
+            InfSA authors (docs/weights.md).
     """
     out_unit = 'layers'
     arch_zoo = ARCH_ZOO
+    arch_keys = ('embed_dims', 'depth', 'num_heads', 'mlp_ratio', 'attn_types')
 
     def __init__(self, arch='linear-4l', attn_types=None, img_size=224,
                  patch_size=16, in_channels=3, qkv_bias=None, tie_qk=None,
@@ -106,14 +95,13 @@ class InfViT(BaseBackbone):
                  out_type='featmap', norm_cfg=dict(type='LN', eps=1e-6),
                  frozen_stages=-1, norm_eval=False, with_cp=False,
                  pretrained=None, init_cfg=None):
-        required = ('embed_dims', 'depth', 'num_heads', 'mlp_ratio', 'attn_types')
         owner = type(self).__name__
-        arch = require_keys(resolve_arch(arch, self.arch_zoo, owner, required),
-                            required, owner)
+        arch = resolve_arch(arch, self.arch_zoo, owner, self.arch_keys,
+                            attn_types=attn_types, qkv_bias=qkv_bias)
         check_rates(owner, drop_rate=drop_rate, drop_path_rate=drop_path_rate)
-        qkv_bias = arch.get('qkv_bias', True) if qkv_bias is None else qkv_bias
+        qkv_bias = arch.get('qkv_bias', True)
         dims, depth = arch['embed_dims'], arch['depth']
-        letters = parse_attn_types(attn_types or arch['attn_types'], depth)
+        letters = parse_attn_types(arch['attn_types'], depth)
         heads = arch['num_heads']
         heads = [heads] * depth if isinstance(heads, int) else list(heads)
         if len(heads) != depth:
@@ -126,7 +114,7 @@ class InfViT(BaseBackbone):
             raise ValueError(f'out_type must be one of {OUT_TYPES} '
                              f"('cls_token' needs with_cls_token), got {out_type!r}")
         super().__init__(depth, frozen_stages, norm_eval, with_cp, init_cfg,
-                         out_indices=out_indices, pretrained=pretrained)
+                         out_indices, pretrained)
         self.embed_dims = dims
         self.attn_types = letters
         self.out_type = out_type
@@ -143,56 +131,35 @@ class InfViT(BaseBackbone):
             1, self.num_extra_tokens + self.pos_grid[0] * self.pos_grid[1], dims))
         self.drop_after_pos = nn.Dropout(drop_rate)
 
-        dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
-        blocks = []
-        for i, letter in enumerate(letters):
-            if letter == 'S':
-                mixer = SoftmaxAttention(dims, heads[i], head_dim=arch.get('head_dim'),
-                                         qkv_bias=qkv_bias, history=history)
-            else:
-                mixer = InfSAttention(
-                    dims, heads[i], ATTN_TYPES[letter], tie_qk=tie_qk,
-                    qkv_bias=qkv_bias, gamma_init=gamma_init, depth=i + 1,
-                    discount=discount, local_path=local_path)
-            blocks.append(Block(dims, mixer, Mlp(dims, arch['mlp_ratio']),
-                                drop_path=dpr[i],
-                                layer_scale_init_value=layer_scale_init_value,
-                                norm_cfg=norm_cfg))
-        self.layers = nn.ModuleList(blocks)
+        mixers = [SoftmaxAttention(dims, heads[i], head_dim=arch.get('head_dim'),
+                                   qkv_bias=qkv_bias, history=history) if t == 'S'
+                  else InfSAttention(dims, heads[i], ATTN_TYPES[t], tie_qk=tie_qk,
+                                     qkv_bias=qkv_bias, gamma_init=gamma_init,
+                                     depth=i + 1, discount=discount,
+                                     local_path=local_path)
+                  for i, t in enumerate(letters)]
+        self.layers = nn.ModuleList(
+            Block(dims, mixer, Mlp(dims, arch['mlp_ratio']), norm_cfg=norm_cfg,
+                  drop_path=drop_path_rate * i / max(depth - 1, 1),
+                  layer_scale_init_value=layer_scale_init_value)
+            for i, mixer in enumerate(mixers))
         link_history(self.layers)
-        for i in self.out_indices:
-            self.add_module(f'norm{i}', build_norm_layer(norm_cfg, dims)[1])
-        self._freeze_stages()
+        self.build_outputs([dims] * depth, norm_cfg)
 
-    def stage_parts(self, index):
-        if index == 0:
-            return [p for p in (self.patch_embed, self.pos_embed, self.cls_token)
-                    if p is not None]
-        parts = [self.layers[index - 1]]
-        if index - 1 in self.out_indices:
-            parts.append(getattr(self, f'norm{index - 1}'))
-        return parts
+    def stage_modules(self, index):
+        return [self.layers[index]]
 
     def unused_parts(self):
         return self.layers[self.out_indices[-1] + 1:]
 
     def init_scratch(self):
         super().init_scratch()
-        if self.cls_token is not None:
-            trunc_normal_(self.cls_token, std=0.02)
         for m in self.modules():
             if isinstance(m, InfSAttention):
                 m.reset_gamma()
 
     def forward(self, x):
-        self.check_input(x)
-        B = x.shape[0]
-        x, hw = self.patch_embed(x)
-        if self.cls_token is not None:
-            x = torch.cat((self.cls_token.expand(B, -1, -1), x), dim=1)
-        x = x + resize_pos_embed(self.pos_embed, self.pos_grid, hw,
-                                 self.num_extra_tokens)
-        x = self.drop_after_pos(x)
+        x, hw = self.embed(x)
         outs = []
         state = MixerState()  # HAViT: mixed logits carried between softmax layers
         for i, layer in enumerate(self.layers[:self.out_indices[-1] + 1]):

@@ -1,15 +1,9 @@
-"""The four-stage pyramid every hierarchical mmhybrid backbone runs.
-
-SoLAVision / InfiniteVLVision (a per-layer schedule of WKV, softmax, Gated
-DeltaNet and sliding-window blocks, with Hidden State Bridges) and SwinELFATT /
-CSWin (a per-stage attention plan) differ in their stem, merges and in which
-mixer each :class:`~mmhybrid.layers.Block` holds; they run the same way: stem,
-then per stage an optional merge and the blocks, a fresh
-:class:`~mmhybrid.layers.MixerState` per stage (HAViT's history restarts), the
-bridges, and a norm per output.
-"""
+"""The four-stage pyramid of SoLAVision / InfiniteVLVision (a layer schedule with
+Hidden State Bridges) and SwinELFATT / CSWin (an attention plan): they differ in
+stem, merges and mixers and run the same way: stem, then per stage an optional
+merge and the blocks, a fresh :class:`~mmhybrid.layers.MixerState` per stage
+(HAViT's history restarts), the bridges, and a norm per output."""
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
 
 from mmhybrid.layers import MixerState
 from .base_backbone import BaseBackbone
@@ -18,50 +12,26 @@ from .base_backbone import BaseBackbone
 class PyramidBackbone(BaseBackbone):
     """Forward, freezing and outputs of a stem + stages + merges pyramid.
 
-    A subclass builds ``patch_embed`` and its blocks and implements
-    :meth:`embed` (image -> tokens, hw), :meth:`stage_blocks` (the blocks of
-    stage ``i``), :meth:`merge` (the module that merges into stage ``i``, None for
-    stage 0) and :meth:`stage_modules` (what ``frozen_stages`` freezes with stage
-    ``i``); it calls :meth:`build_outputs` last. Hidden State Bridges (SoLA Eq. 10)
-    live in ``self.bridges``, keyed by their target ``"<stage>_<layer>"`` (1-based),
-    with their sources in ``self.bridge_sources``.
+    A subclass builds ``patch_embed`` (and the position embedding, if any) and its
+    blocks, implements :meth:`stage_blocks` (the blocks of stage ``i``),
+    :meth:`merge` (the module that merges into stage ``i``, None for stage 0) and
+    :meth:`stage_modules`, and calls :meth:`build_outputs` last. Hidden State
+    Bridges (SoLA Eq. 10) live in ``self.bridges``, keyed by their target
+    ``"<stage>_<layer>"`` (1-based), their sources in ``self.bridge_sources``.
     """
 
-    def __init__(self, num_stages, **kwargs):
-        super().__init__(num_stages, **kwargs)
+    def __init__(self, num_stages, *args):
+        super().__init__(num_stages, *args)
         self.num_stages = num_stages
         self.bridges = nn.ModuleDict()
         self.bridge_sources = {}
-
-    def embed(self, x):
-        raise NotImplementedError
-
-    def stage_blocks(self, index):
-        raise NotImplementedError
-
-    def merge(self, index):
-        raise NotImplementedError
-
-    def stage_modules(self, index):
-        raise NotImplementedError
-
-    def build_outputs(self, channels, norm_cfg):
-        """One norm per output stage (``norm{i}``), then freeze."""
-        for i in self.out_indices:
-            self.add_module(f'norm{i}', build_norm_layer(norm_cfg, channels[i])[1])
-        self._freeze_stages()
 
     def _bridges_of(self, stage):
         """Bridges whose target is in ``stage`` (1-based)."""
         return [b for k, b in self.bridges.items() if int(k.split('_')[0]) == stage]
 
     def stage_parts(self, index):
-        if index == 0:
-            return self.stem_parts()
-        parts = list(self.stage_modules(index - 1)) + self._bridges_of(index)
-        if index - 1 in self.out_indices:
-            parts.append(getattr(self, f'norm{index - 1}'))
-        return parts
+        return super().stage_parts(index) + self._bridges_of(index)
 
     def unused_parts(self):
         last = self.out_indices[-1]
@@ -71,7 +41,6 @@ class PyramidBackbone(BaseBackbone):
         return parts
 
     def forward(self, x):
-        self.check_input(x)
         x, hw = self.embed(x)
         hidden = {}  # bridge source (stage, layer) -> (hidden state, hw)
         sources = set(self.bridge_sources.values())

@@ -11,130 +11,93 @@ layers of InfiniteVL (see infinitevl_vision.py).
 """
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 
 from mmhybrid.layers import (BidirectionalGatedDeltaNet, Block, ChannelMix,
                              ConvMlp, HiddenStateBridge, SlidingWindowAttention,
                              SoftmaxAttention, SpatialMix, link_history)
 from mmhybrid.registry import register_model
-from ..utils import resize_pos_embed
-from .base_backbone import check_rates, require_keys, resolve_arch
+from .base_backbone import check_rates, resolve_arch
 from .pyramid import PyramidBackbone
 
 
-def wkv_block(dims, hidden_rate=4, key_norm=False, norm_cfg=dict(type='LN'),
-              **block):
-    """'L': the WKV linear layer (Sec. 4.4, Fig. 4c): spatial mix, channel mix."""
-    return Block(dims, SpatialMix(dims, key_norm, norm_cfg),
-                 ChannelMix(dims, hidden_rate, key_norm, norm_cfg),
-                 norm_cfg=norm_cfg, **block)
+def build_layer(letter, dims, num_heads=1, hidden_rate=4, key_norm=False,
+                mlp_ratio=4, qkv_bias=True, history=None, window_size=7,
+                expand_v=1., conv_size=3, norm_cfg=dict(type='LN'), **block):
+    """A layer of the schedule, each a :class:`~mmhybrid.layers.Block`: 'L' the WKV
+    linear layer (Sec. 4.4, Fig. 4c: spatial mix, channel mix); 'S' global softmax
+    attention (Sec. 4.4), 'G' bidirectional Gated DeltaNet (InfiniteVL Sec. 3.1)
+    and 'W' 2D sliding-window attention (InfiniteVL Sec. 3.2), then the conv MLP."""
+    if letter == 'L':
+        return Block(dims, SpatialMix(dims, key_norm, norm_cfg),
+                     ChannelMix(dims, hidden_rate, key_norm, norm_cfg),
+                     norm_cfg=norm_cfg, **block)
+    mixer = (SoftmaxAttention(dims, num_heads, qkv_bias=qkv_bias, history=history)
+             if letter == 'S' else
+             BidirectionalGatedDeltaNet(dims, num_heads, expand_v, conv_size)
+             if letter == 'G' else
+             SlidingWindowAttention(dims, num_heads, window_size, qkv_bias))
+    return Block(dims, mixer, ConvMlp(dims, mlp_ratio), norm_cfg=norm_cfg, **block)
 
 
-def softmax_block(dims, num_heads, mlp_ratio=4, qkv_bias=True, history=None,
-                  **block):
-    """'S': global softmax attention (Sec. 4.4), then the conv MLP."""
-    return Block(dims, SoftmaxAttention(dims, num_heads, qkv_bias=qkv_bias,
-                                        history=history),
-                 ConvMlp(dims, mlp_ratio), **block)
-
-
-def gated_deltanet_block(dims, num_heads, mlp_ratio=4, expand_v=1., conv_size=3,
-                         **block):
-    """'G': bidirectional Gated DeltaNet (InfiniteVL Sec. 3.1), then the conv MLP."""
-    return Block(dims, BidirectionalGatedDeltaNet(dims, num_heads, expand_v,
-                                                  conv_size),
-                 ConvMlp(dims, mlp_ratio), **block)
-
-
-def sliding_window_block(dims, num_heads, window_size=7, mlp_ratio=4,
-                         qkv_bias=True, **block):
-    """'W': 2D sliding-window attention (InfiniteVL Sec. 3.2), then the conv MLP."""
-    return Block(dims, SlidingWindowAttention(dims, num_heads, window_size,
-                                              qkv_bias),
-                 ConvMlp(dims, mlp_ratio), **block)
-
-
-LAYER_TYPES = {'L': wkv_block, 'S': softmax_block, 'G': gated_deltanet_block,
-               'W': sliding_window_block}
 LAYER_NAMES = {'L': 'WKV linear', 'S': 'global softmax',
                'G': 'bidirectional Gated DeltaNet', 'W': 'sliding-window attention'}
-# an HSB goes from a linear layer's hidden state to a global softmax layer
-HSB_SOURCES, HSB_TARGETS = 'LG', 'S'
 
 # Table 7 as printed: widths per stage (S and B are Swin-T's and Swin-B's), schedules
 # and HSB routes. Our counts against the paper's, and the readings checked for T's
 # parameters and S's FLOPs (e.g. S and B with exchanged stage-1 widths), are in
 # docs/design.md. Routes are ((stage, layer) of an 'L' source, (stage, layer) of an
-# 'S' target), 1-based. For B the table prints
-# targets (3,3),(3,6),...,(3,15), which are 'L' layers of its schedule; we read them as
-# the softmax layers that follow (3,4),(3,7),...,(3,16) -- see docs/design.md.
+# 'S' target), 1-based. For B the table prints targets (3,3),(3,6),...,(3,15), which
+# are 'L' layers of its schedule; we read them as the softmax layers that follow
+# (3,4),(3,7),...,(3,16) -- see docs/design.md.
+_T = dict(embed_dims=(96, 128, 192, 256), schedule='LL/LL/LLSLLS/LS',
+          hsb_routes=(((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2))))
 ARCH_ZOO = {
-    't': dict(
-        embed_dims=(96, 128, 192, 256),
-        schedule='LL/LL/LLSLLS/LS',
-        hsb_routes=(((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2)))),
-    's': dict(
-        embed_dims=(96, 192, 384, 768),
-        schedule='LL/LL/LLSLLS/LS',
-        hsb_routes=(((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2)))),
-    'b': dict(
-        embed_dims=(128, 256, 512, 1024),
-        schedule='LL/LL/LLLSLLSLLSLLSLLS/LS',
-        hsb_routes=(((1, 2), (3, 4)), ((1, 2), (3, 7)), ((2, 2), (3, 10)),
-                    ((2, 2), (3, 13)), ((3, 2), (3, 16)), ((3, 2), (4, 2)))),
+    't': _T,
+    's': dict(_T, embed_dims=(96, 192, 384, 768)),
+    'b': dict(embed_dims=(128, 256, 512, 1024), schedule='LL/LL/LLLSLLSLLSLLSLLS/LS',
+              hsb_routes=(((1, 2), (3, 4)), ((1, 2), (3, 7)), ((2, 2), (3, 10)),
+                          ((2, 2), (3, 13)), ((3, 2), (3, 16)), ((3, 2), (4, 2)))),
 }
 # SoLA with bidirectional Gated DeltaNet ('G') in place of every WKV layer ('L'):
 # same widths and HSB routes (docs/design.md, "Gated DeltaNet, sliding-window ...")
 for _arch in ('t', 'b'):
     ARCH_ZOO[f'{_arch}-gdn'] = dict(
-        ARCH_ZOO[_arch],
-        schedule=ARCH_ZOO[_arch]['schedule'].replace('L', 'G'))
+        ARCH_ZOO[_arch], schedule=ARCH_ZOO[_arch]['schedule'].replace('L', 'G'))
 
 
 def parse_schedule(schedule, num_stages):
     """'LL/LL/LLSLLS/LS' -> ['LL', 'LL', 'LLSLLS', 'LS'], validated."""
     stages = schedule.split('/') if isinstance(schedule, str) else list(schedule)
     if len(stages) != num_stages:
-        raise ValueError(f'schedule {schedule!r} has {len(stages)} stages, '
-                         f'expected {num_stages} (one per embed_dims entry, '
-                         "separated by '/', e.g. 'LL/LL/LLSLLS/LS')")
+        raise ValueError(f'schedule {schedule!r} has {len(stages)} stages, expected '
+                         f"{num_stages} (one per embed_dims entry, separated by '/', "
+                         "e.g. 'LL/LL/LLSLLS/LS')")
     for i, stage in enumerate(stages, 1):
-        if not stage:
-            raise ValueError(f'stage {i} of schedule {schedule!r} has no layer')
-        bad = set(stage) - set(LAYER_TYPES)
-        if bad:
-            raise ValueError(f'unknown layer letters {sorted(bad)} in stage {i} '
-                             f'of schedule {schedule!r}; use ' + ', '.join(
-                                 f'{k!r} ({v})' for k, v in LAYER_NAMES.items()))
+        if not stage or set(stage) - set(LAYER_NAMES):
+            raise ValueError(
+                f'stage {i} of schedule {schedule!r} has no layer' if not stage else
+                f'unknown layer letters {sorted(set(stage) - set(LAYER_NAMES))} in '
+                f'stage {i} of schedule {schedule!r}; use ' + ', '.join(
+                    f'{k!r} ({v})' for k, v in LAYER_NAMES.items()))
     return stages
 
 
 def check_routes(routes, stages):
-    """Each route must go from an earlier 'L' or 'G' layer to a later 'S' layer."""
+    """An HSB goes from a linear ('L', 'G') layer's hidden state to a deeper global
+    softmax ('S') layer."""
     for src, dst in routes:
-        for name, (s, l), letters in (('source', src, HSB_SOURCES),
-                                      ('target', dst, HSB_TARGETS)):
+        for name, (s, l), letters in (('source', src, 'LG'), ('target', dst, 'S')):
             if not (1 <= s <= len(stages) and 1 <= l <= len(stages[s - 1])):
                 raise ValueError(f'HSB {name} {(s, l)} is outside the schedule '
                                  f'{"/".join(stages)}')
             if stages[s - 1][l - 1] not in letters:
-                allowed = ' or '.join(repr(c) for c in letters)
-                raise ValueError(f'HSB {name} {(s, l)} must be an {allowed} '
-                                 f'layer, not {stages[s - 1][l - 1]!r}; schedule '
-                                 f'is {"/".join(stages)}')
+                raise ValueError(f'HSB {name} {(s, l)} must be an '
+                                 f'{" or ".join(map(repr, letters))} layer, not '
+                                 f'{stages[s - 1][l - 1]!r}; schedule is '
+                                 f'{"/".join(stages)}')
         if tuple(src) >= tuple(dst):
             raise ValueError(f'HSB route {src} -> {dst} must go to a deeper layer')
-
-
-def stage_values(value, num_stages, name):
-    """An int for every stage, or one per stage."""
-    values = ((value, ) * num_stages if isinstance(value, int) else
-              tuple(value))
-    if len(values) != num_stages:
-        raise ValueError(f'{name} {value!r} must be an int or have one entry per '
-                         f'stage ({num_stages})')
-    return values
 
 
 @register_model()
@@ -163,9 +126,7 @@ class SoLAVision(PyramidBackbone):
             :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
         drop_path_rate (float): stochastic depth, linearly increasing per layer.
         layer_scale_init_value (float, optional): enables LayerScale.
-        out_indices (int | sequence[int]): stages whose (normed) maps are
-            returned.
-        frozen_stages, norm_eval, with_cp, pretrained, init_cfg: see
+        out_indices, frozen_stages, norm_eval, with_cp, pretrained, init_cfg: see
             :class:`BaseBackbone`.
         window_size (int | sequence[int]): odd window of the 'W' layers, one for
             all stages or one per stage.
@@ -184,31 +145,30 @@ class SoLAVision(PyramidBackbone):
                  with_cp=False, pretrained=None, init_cfg=None, window_size=7,
                  layer_cfg=None):
         owner = type(self).__name__
-        required = ('embed_dims', 'schedule')
-        arch = require_keys(resolve_arch(arch, self.arch_zoo, owner, required),
-                            required, owner)
+        arch = resolve_arch(arch, self.arch_zoo, owner, ('embed_dims', 'schedule'),
+                            schedule=schedule)
         check_rates(owner, drop_rate=drop_rate, drop_path_rate=drop_path_rate)
         embed_dims = tuple(arch['embed_dims'])
-        stages = parse_schedule(schedule or arch['schedule'], len(embed_dims))
+        stages = parse_schedule(arch['schedule'], len(embed_dims))
         if history is not None and not any('S' in s for s in stages):
             raise ValueError(f'history (HAViT) needs softmax layers; schedule '
                              f'{"/".join(stages)} has no S')
-        routes = [tuple(map(tuple, r)) for r in
-                  (hsb_routes if hsb_routes is not None else
-                   arch.get('hsb_routes', ()))]
-        if with_hsb:
-            check_routes(routes, stages)
-        else:
-            routes = []
-        window_sizes = stage_values(window_size, len(stages), 'window_size')
+        routes = [tuple(map(tuple, r)) for r in (arch.get('hsb_routes', ()) if
+                                                 hsb_routes is None else hsb_routes)]
+        routes = routes if with_hsb else []
+        check_routes(routes, stages)
+        window_sizes = ((window_size, ) * len(stages) if isinstance(window_size, int)
+                        else tuple(window_size))
+        if len(window_sizes) != len(stages):
+            raise ValueError(f'window_size {window_size!r} must be an int or have one '
+                             f'entry per stage ({len(stages)})')
         layer_cfg = dict(layer_cfg or {})
-        bad = set(layer_cfg) - set(LAYER_TYPES)
-        if bad:
-            raise ValueError(f'layer_cfg has unknown layer letters {sorted(bad)}; '
-                             f'use {sorted(LAYER_TYPES)}')
-        super().__init__(len(stages), frozen_stages=frozen_stages,
-                         norm_eval=norm_eval, with_cp=with_cp, init_cfg=init_cfg,
-                         out_indices=out_indices, pretrained=pretrained)
+        if set(layer_cfg) - set(LAYER_NAMES):
+            raise ValueError(f'layer_cfg has unknown layer letters '
+                             f'{sorted(set(layer_cfg) - set(LAYER_NAMES))}; use '
+                             f'{sorted(LAYER_NAMES)}')
+        super().__init__(len(stages), frozen_stages, norm_eval, with_cp, init_cfg,
+                         out_indices, pretrained)
         self.embed_dims = embed_dims
         self.schedule = '/'.join(stages)
         self.hsb_routes = routes
@@ -223,8 +183,7 @@ class SoLAVision(PyramidBackbone):
             torch.zeros(1, self.pos_grid[0] * self.pos_grid[1], embed_dims[0]))
         self.drop_after_pos = nn.Dropout(drop_rate)
 
-        total = sum(len(s) for s in stages)
-        dpr = torch.linspace(0, drop_path_rate, total).tolist()
+        dpr = iter(torch.linspace(0, drop_path_rate, len(''.join(stages))).tolist())
         self.downsamples = nn.ModuleList()
         self.stages = nn.ModuleList()
         for i, (letters, dims) in enumerate(zip(stages, embed_dims)):
@@ -232,24 +191,15 @@ class SoLAVision(PyramidBackbone):
                 self.downsamples.append(PatchMerging(
                     embed_dims[i - 1], dims, kernel_size=2, padding='corner',
                     norm_cfg=norm_cfg, bias=False))
-            first = sum(len(s) for s in stages[:i])
-            heads = max(dims // head_dim, 1)
-            own_kwargs = {
-                'L': dict(hidden_rate=hidden_rate, key_norm=key_norm),
-                'S': dict(num_heads=heads, mlp_ratio=mlp_ratio,
-                          qkv_bias=qkv_bias, history=history),
-                'G': dict(num_heads=heads, mlp_ratio=mlp_ratio),
-                'W': dict(num_heads=heads, window_size=window_sizes[i],
-                          mlp_ratio=mlp_ratio, qkv_bias=qkv_bias),
-            }
-            for letter, extra in layer_cfg.items():
-                own_kwargs[letter].update(extra)
+            kwargs = dict(num_heads=max(dims // head_dim, 1), hidden_rate=hidden_rate,
+                          key_norm=key_norm, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
+                          history=history, window_size=window_sizes[i],
+                          norm_cfg=norm_cfg,
+                          layer_scale_init_value=layer_scale_init_value)
             self.stages.append(nn.ModuleList(
-                LAYER_TYPES[letter](
-                    dims, drop_path=dpr[first + j], norm_cfg=norm_cfg,
-                    layer_scale_init_value=layer_scale_init_value,
-                    **own_kwargs[letter])
-                for j, letter in enumerate(letters)))
+                build_layer(letter, dims, drop_path=next(dpr),
+                            **{**kwargs, **layer_cfg.get(letter, {})})
+                for letter in letters))
             link_history(self.stages[-1])
 
         for src, dst in routes:
@@ -261,9 +211,6 @@ class SoLAVision(PyramidBackbone):
                                                   embed_dims[dst[0] - 1])
             self.bridge_sources[key] = src
         self.build_outputs(embed_dims, norm_cfg)
-
-    def stem_parts(self):
-        return [self.patch_embed, self.pos_embed]
 
     def stage_modules(self, index):
         return [self.stages[index]] + ([self.downsamples[index - 1]] if index else [])
@@ -279,8 +226,3 @@ class SoLAVision(PyramidBackbone):
         wkv = [m for m in self.modules() if isinstance(m, SpatialMix)]
         for i, mixer in enumerate(wkv):
             mixer.init_decay(i / max(len(wkv) - 1, 1))
-
-    def embed(self, x):
-        x, hw = self.patch_embed(x)
-        x = x + resize_pos_embed(self.pos_embed, self.pos_grid, hw)
-        return self.drop_after_pos(x), hw

@@ -16,19 +16,12 @@ from mmhybrid.layers import ConvMerging, ShiftedWindowAttention
 from mmhybrid.registry import register_model
 from .hierarchical_attention import HierarchicalAttentionBackbone
 
-DOWNSAMPLES = ('conv', 'linear')
-
 
 @register_model()
 class SwinELFATT(HierarchicalAttentionBackbone):
     """Swin with ELFATT / LOCAL / GLOBAL / EFFATT attention per stage.
 
     Args:
-        arch (str | dict): ``'t'``/``'tiny'`` (96, [2, 2, 6, 2], [3, 6, 12, 24]),
-            ``'b'``/``'base'`` (128, [2, 2, 18, 2], [4, 8, 16, 32]) or a dict
-            with ``embed_dims``, ``depths``, ``num_heads``; explicit
-            ``embed_dims`` / ``depths`` / ``num_heads`` arguments override it.
-        attn (str | list): attention plan (default ``'elfatt'``).
         block_sizes (tuple[int]): ELFATT block per stage; 14x14 windows in
             stages 1-3 (what Table 1-3's FLOPs of Swin-T/B-ELFATT imply).
         downsample (str, optional): patch merging between stages: ``'conv'``
@@ -44,7 +37,7 @@ class SwinELFATT(HierarchicalAttentionBackbone):
         convert_weights (bool, optional): True: the model is built to load a
             Swin checkpoint (linear merges); the checkpoint's layout itself is
             detected from its keys (docs/weights.md).
-        **kwargs: see :class:`HierarchicalAttentionBackbone`.
+        arch, attn, **kwargs: see :class:`HierarchicalAttentionBackbone`.
     """
     arch_zoo = {
         't': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
@@ -57,8 +50,8 @@ class SwinELFATT(HierarchicalAttentionBackbone):
         if tuple(strides[1:]) != (2, 2, 2) or strides[0] != patch_size:
             raise ValueError(f'strides must be ({patch_size}, 2, 2, 2), got {strides}')
         self.window_size = window_size
-        if downsample not in (None, ) + DOWNSAMPLES:
-            raise ValueError(f'downsample must be one of {DOWNSAMPLES} or None, got '
+        if downsample not in (None, 'conv', 'linear'):
+            raise ValueError(f"downsample must be 'conv', 'linear' or None, got "
                              f'{downsample!r}')
         if downsample == 'conv' and kwargs.get('convert_weights'):
             raise ValueError("convert_weights=True loads an official Swin checkpoint, "
@@ -76,7 +69,8 @@ class SwinELFATT(HierarchicalAttentionBackbone):
             # the paper's ELFATT models merge with a 3x3/2 conv (Table 1);
             # official Swin weights and the LOCAL/GLOBAL/EFFATT rows are linear
             elfatt = any('elfatt' in stage for stage in self.plan)
-            self.downsample = 'conv' if elfatt and not self.convert_weights else 'linear'
+            self.downsample = ('conv' if elfatt and not self.convert_weights
+                               else 'linear')
         if self.downsample == 'conv':
             return ConvMerging(in_channels, out_channels, norm_cfg=norm_cfg)
         return PatchMerging(in_channels, out_channels, norm_cfg=norm_cfg)

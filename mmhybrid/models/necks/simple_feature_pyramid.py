@@ -14,21 +14,16 @@ from mmengine.model import BaseModule
 from mmhybrid.registry import register_model
 
 
-def _resampler(channels, scale, norm_cfg):
-    """Modules taking a stride-s map to stride s/scale; returns (module, channels)."""
+def _resampler(c, scale, norm_cfg):
+    """The module taking a stride-s, c-channel map to stride s/scale (c/scale
+    channels when upsampling)."""
     if scale == 4.0:
-        mid = channels // 2
-        return nn.Sequential(
-            nn.ConvTranspose2d(channels, mid, 2, stride=2),
-            build_norm_layer(norm_cfg, mid)[1], nn.GELU(),
-            nn.ConvTranspose2d(mid, channels // 4, 2, stride=2)), channels // 4
-    if scale == 2.0:
-        return nn.ConvTranspose2d(channels, channels // 2, 2, stride=2), \
-            channels // 2
-    if scale == 1.0:
-        return nn.Identity(), channels
-    if scale == 0.5:
-        return nn.MaxPool2d(2, stride=2), channels
+        return nn.Sequential(nn.ConvTranspose2d(c, c // 2, 2, stride=2),
+                             build_norm_layer(norm_cfg, c // 2)[1], nn.GELU(),
+                             nn.ConvTranspose2d(c // 2, c // 4, 2, stride=2))
+    if scale in (2.0, 1.0, 0.5):
+        return (nn.ConvTranspose2d(c, c // 2, 2, stride=2) if scale == 2.0 else
+                nn.Identity() if scale == 1.0 else nn.MaxPool2d(2, stride=2))
     raise ValueError(f'scale {scale} not supported; use 4, 2, 1 or 0.5')
 
 
@@ -59,9 +54,9 @@ class SimpleFeaturePyramid(BaseModule):
         self.resamplers = nn.ModuleList()
         self.lateral_convs = nn.ModuleList()
         self.output_convs = nn.ModuleList()
-        for scale in scales:
-            resampler, channels = _resampler(in_channels, float(scale), norm_cfg)
-            self.resamplers.append(resampler)
+        for scale in map(float, scales):
+            self.resamplers.append(_resampler(in_channels, scale, norm_cfg))
+            channels = int(in_channels // max(scale, 1))
             self.lateral_convs.append(ConvModule(
                 channels, out_channels, 1, norm_cfg=norm_cfg, act_cfg=None,
                 bias=False))
