@@ -124,7 +124,7 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
     return model
 
 
-def refusals(model, static=False):
+def refusals(model):
     """Reasons why an exported graph of ``model`` could not match eager PyTorch."""
     reasons = []
     for name, p in model.named_parameters():
@@ -136,14 +136,6 @@ def refusals(model, static=False):
         if name.endswith('spatial_first') and not (-20 <= p.min() and p.max() <= 30):
             reasons.append(f'{name}: bonus outside [-20, 30], outside the range of '
                            f'the exported WKV path')
-    if not static:
-        for name, m in model.named_modules():
-            if getattr(m, 'init', None) == 'random' and hasattr(m, 'initial_history'):
-                reasons.append(
-                    f'{name}: HAViT\'s fixed random H_0 is an N x N constant drawn '
-                    f'for each token count N; a graph with dynamic H/W cannot hold '
-                    f'it (export with --static, or history init=\'zero\')')
-                break
     return reasons
 
 
@@ -257,7 +249,7 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
                      static=False, check_shapes=None, stride=32, tol=1e-4, batch=2):
     """Export, then check; returns (ok, report lines). A failed check deletes
     ``path``."""
-    reasons = refusals(model, static)
+    reasons = refusals(model)
     if reasons:
         return False, ['refused: ' + r for r in reasons]
     shapes = [tuple(shape)] if static else (check_shapes or
