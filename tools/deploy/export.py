@@ -8,9 +8,9 @@
 CONFIG_OR_BACKBONE is a config file (mmseg, mmdet or mmpretrain; ``--part`` picks its
 backbone or, for an mmseg ``EncoderDecoder``, the whole inference graph up to the
 raw logits, or for an mmdet two-stage detector, backbone + neck + RPN head up to
-their raw outputs, :class:`DetectorRPN`), a backbone type such as ``mmhybrid.SoLAVision`` whose arguments come
-from ``--cfg-options`` (e.g. ``arch=t``), or the name of a tiny backbone of
-``tools/deploy/cases.py``.
+their raw outputs, :class:`DetectorRPN`), a backbone type such as
+``mmhybrid.SoLAVision`` whose arguments come from ``--cfg-options`` (e.g.
+``arch=t``), or the name of a tiny backbone of ``tools/deploy/cases.py``.
 
 The graph takes (batch, 3, H, W) images with dynamic batch, height and width (as
 general as torch.export's guards allow; ``--static`` fixes the export size). After
@@ -105,7 +105,7 @@ class DetectorRPN(nn.Module):
 
 
 def config_file(spec):
-    """``pkg::rel`` -> the config shipped in the installed package (``.mim/configs``)."""
+    """``pkg::rel`` -> the config file shipped in the package's ``.mim/configs``."""
     if '::' not in spec:
         return spec
     import importlib
