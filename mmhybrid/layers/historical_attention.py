@@ -10,6 +10,8 @@ import torch
 import torch.nn as nn
 
 from mmhybrid.ops import historical_attention
+from mmhybrid.ops.historical_attention.initial import normal_history
+from mmhybrid.ops.tracing import is_tracing
 
 INITS = ('random', 'zero')
 
@@ -47,30 +49,33 @@ class HistoricalAttention(nn.Module):
         self.resample = resample
         self.seed = seed
         self.keep = True
-        self._fixed = None  # (num_tokens, device), H_0 of the last shape used
+        self._fixed = None  # ((num_tokens, device, dtype), H_0) of the last call
 
     def extra_repr(self):
         return (f'alpha={self.alpha}, init={self.init!r}, '
                 f'resample={self.resample}, keep={self.keep}')
 
-    def initial_history(self, batch, num_tokens, device):
+    def initial_history(self, batch, num_tokens, device, dtype=torch.float32):
         """``H_0`` for ``num_tokens`` tokens: None (zero), a per-sample draw
-        (training with ``resample``), or the fixed draw.
+        (training with ``resample``), or the fixed one.
 
-        The fixed ``H_0`` is a standard normal (1, heads, N, N) drawn on the CPU by
-        a generator seeded with ``seed``: the same for every call, batch size and
-        device for a given (heads, N). It is cached for the last shape.
+        The fixed ``H_0`` (1, heads, N, N) is
+        :func:`~mmhybrid.ops.historical_attention.initial.normal_history` of
+        ``seed``: standard normals that depend on (seed, head, i, j) only, the
+        same for every call, batch, device and exporter. Eager calls cache it for
+        the last shape; traced graphs compute it (one graph serves every N).
         """
         if self.init == 'zero':
             return None
-        shape = (self.num_heads, num_tokens, num_tokens)
         if self.training and self.resample:
-            return torch.randn(batch, *shape, device=device)
-        key = (num_tokens, device)
+            return torch.randn(batch, self.num_heads, num_tokens, num_tokens,
+                               device=device)
+        if is_tracing():
+            return normal_history(self.seed, self.num_heads, num_tokens, device, dtype)
+        key = (num_tokens, device, dtype)
         if self._fixed is None or self._fixed[0] != key:
-            generator = torch.Generator().manual_seed(self.seed)
-            self._fixed = (key, torch.randn(1, *shape, generator=generator)
-                           .to(device))
+            self._fixed = (key, normal_history(self.seed, self.num_heads, num_tokens,
+                                               device, dtype))
         return self._fixed[1]
 
     def forward(self, q, k, v, history=None, scale=None, dropout_p=0.):
@@ -78,7 +83,8 @@ class HistoricalAttention(nn.Module):
         starts a new chain from ``H_0``."""
         B, H, N, _ = q.shape
         if history is None or history.shape[1:] != (H, N, N):
-            history = self.initial_history(B, N, q.device)
+            history = self.initial_history(
+                B, N, q.device, torch.promote_types(q.dtype, torch.float32))
         return historical_attention(q, k, v, history, alpha=self.alpha,
                                     scale=scale, dropout_p=dropout_p,
                                     return_history=self.keep)

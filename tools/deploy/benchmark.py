@@ -10,6 +10,13 @@ with dynamic H/W by the TorchScript exporter, and its output checked against eag
 then ``--repeat`` times. Printed per runtime: the minimum time, its ratio to eager,
 the set-up time (compile / export + session) and the peak resident memory of the
 process (``ru_maxrss``) above what it held after building the model.
+
+``--whole-image SIZE ...`` benchmarks mmseg inference (``EncoderDecoder.inference``,
+the logits resized to the image) of whole segmentor configs at SIZE x SIZE instead:
+``--models`` with ``test_cfg`` ``mode='whole'``, ``--slide-models`` with
+``mode='slide'`` (512^2 crops, stride 341, mmseg's ADE20K setting). One call per
+case, each case in its own process, ``--time-cap`` seconds each (a case over it is
+a row with the peak RSS it had reached); CSV and PNG under ``--out``.
 """
 import argparse
 import json
@@ -70,10 +77,96 @@ def run_one(args):
                 peak_mib=_rss_mib() - base, rel_err=err)
 
 
+SLIDE = dict(mode='slide', crop_size=(512, 512), stride=(341, 341))
+
+
+def whole_image_one(args):
+    """One inference call of ``args.model`` at ``args.shape`` in this process."""
+    sys.path.insert(0, HERE)
+    from export import build
+    torch.set_num_threads(1)
+    model = build(args.model, part='model')
+    from mmengine.config import ConfigDict
+    model.test_cfg = ConfigDict(SLIDE if args.mode == 'slide' else dict(mode='whole'))
+    H, W = args.shape
+    meta = dict(img_shape=(H, W), ori_shape=(H, W), pad_shape=(H, W),
+                padding_size=[0, 0, 0, 0])
+    x = torch.randn(1, 3, H, W)
+    base = _rss_mib()
+    start = time.perf_counter()
+    with torch.inference_mode():
+        model.inference(x, [meta])
+    return dict(time_s=time.perf_counter() - start, peak_mib=_rss_mib(),
+                extra_mib=_rss_mib() - base)
+
+
+def whole_image(args):
+    """Every (model, size) case in its own process; returns the rows."""
+    rows = []
+    for mode, models in (('whole', args.models), ('slide', args.slide_models)):
+        for model in models:
+            for size in args.whole_image:
+                cmd = [sys.executable, __file__, model, '--shape', str(size),
+                       str(size), '--mode', mode, '--runtime', 'eager']
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                        env=dict(os.environ, OMP_NUM_THREADS='1'))
+                row = dict(model=model, mode=mode, size=size)
+                try:
+                    out, _ = proc.communicate(timeout=args.time_cap)
+                    row.update(json.loads(out.strip().splitlines()[-1]) if
+                               proc.returncode == 0 else dict(error='failed'))
+                except subprocess.TimeoutExpired:
+                    with open(f'/proc/{proc.pid}/status') as f:
+                        hwm = next(line for line in f if line.startswith('VmHWM'))
+                    proc.kill()
+                    proc.communicate()
+                    row.update(error=f'over {args.time_cap:.0f} s',
+                               peak_mib=int(hwm.split()[1]) / 1024)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def report_whole_image(rows, out):
+    import csv
+
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    os.makedirs(osp.dirname(out) or '.', exist_ok=True)
+    keys = ['model', 'mode', 'size', 'time_s', 'peak_mib', 'extra_mib', 'error']
+    with open(out + '.csv', 'w', newline='') as f:
+        writer = csv.DictWriter(f, keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for (model, mode) in dict.fromkeys((r['model'], r['mode']) for r in rows):
+        done = [r for r in rows if (r['model'], r['mode']) == (model, mode)]
+        label = f'{osp.basename(model)[:40]} ({mode})'
+        for ax, key in zip(axes, ('time_s', 'peak_mib')):
+            pts = [(r['size'], r[key]) for r in done if r.get(key) is not None
+                   and (key == 'peak_mib' or 'error' not in r)]
+            if pts:
+                ax.loglog(*zip(*pts), 'o-', label=label)
+    for ax, name in zip(axes, ('time of one call (s)', 'peak RSS (MiB)')):
+        ax.set_xlabel('image side (px)')
+        ax.set_ylabel(name)
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out + '.png', dpi=120)
+    print('| model | mode | size | time (s) | peak RSS (MiB) | note |')
+    print('|---|---|---|---|---|---|')
+    for r in rows:
+        t = f"{r['time_s']:.1f}" if 'time_s' in r else ''
+        m = f"{r['peak_mib']:.0f}" if r.get('peak_mib') else ''
+        print(f"| {r['model']} | {r['mode']} | {r['size']}² | {t} | {m} | "
+              f"{r.get('error', '')} |")
+
+
 def parse_args(argv=None):
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('model', help='config file or backbone type')
+    parser.add_argument('model', nargs='?', help='config file or backbone type')
     parser.add_argument('checkpoint', nargs='?')
     parser.add_argument('--shape', nargs=2, type=int, default=(512, 512))
     parser.add_argument('--repeat', type=int, default=5)
@@ -83,13 +176,25 @@ def parse_args(argv=None):
                         default=list(RUNTIMES))
     parser.add_argument('--runtime', choices=RUNTIMES, help=argparse.SUPPRESS)
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
+    parser.add_argument('--whole-image', nargs='+', type=int, metavar='SIZE',
+                        help='mmseg inference of segmentor configs at these sizes')
+    parser.add_argument('--models', nargs='+', default=[],
+                        help='--whole-image: configs run with mode=whole')
+    parser.add_argument('--slide-models', nargs='+', default=[],
+                        help='--whole-image: configs run with mode=slide')
+    parser.add_argument('--mode', choices=('whole', 'slide'), help=argparse.SUPPRESS)
+    parser.add_argument('--time-cap', type=float, default=900.)
+    parser.add_argument('--out', default='docs/figures/whole_image_cpu')
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.runtime:
-        print(json.dumps(run_one(args)))
+        print(json.dumps(whole_image_one(args) if args.mode else run_one(args)))
+        return 0
+    if args.whole_image:
+        report_whole_image(whole_image(args), args.out)
         return 0
     rows = []
     for runtime in args.runtimes:

@@ -1,15 +1,16 @@
 """Export an mmhybrid backbone or a whole mmseg segmentor, then check it against eager.
 
     python tools/deploy/export.py CONFIG_OR_BACKBONE [CHECKPOINT] \\
-        --format onnx|torch-export --shape H W [--part backbone|segmentor] \\
+        --format onnx|torch-export --shape H W [--part backbone|segmentor|detector] \\
         [--exporter torchscript|dynamo] [--static] [--check-shapes H W ...] \\
         [--out FILE] [--cfg-options KEY=VALUE ...]
 
 CONFIG_OR_BACKBONE is a config file (mmseg, mmdet or mmpretrain; ``--part`` picks its
 backbone or, for an mmseg ``EncoderDecoder``, the whole inference graph up to the
-raw logits), a backbone type such as ``mmhybrid.SoLAVision`` whose arguments come
-from ``--cfg-options`` (e.g. ``arch=t``), or the name of a tiny backbone of
-``tools/deploy/cases.py``.
+raw logits, or for an mmdet two-stage detector, backbone + neck + RPN head up to
+their raw outputs, :class:`DetectorRPN`), a backbone type such as
+``mmhybrid.SoLAVision`` whose arguments come from ``--cfg-options`` (e.g.
+``arch=t``), or the name of a tiny backbone of ``tools/deploy/cases.py``.
 
 The graph takes (batch, 3, H, W) images with dynamic batch, height and width (as
 general as torch.export's guards allow; ``--static`` fixes the export size). After
@@ -86,9 +87,37 @@ class SegmentorLogits(nn.Module):
         return self.segmentor._forward(x)
 
 
+class DetectorRPN(nn.Module):
+    """An mmdet two-stage detector from images to its first stage's raw outputs:
+    the neck's feature maps, then the RPN's class scores and box deltas per level.
+    The RoI stage (proposal decoding and NMS, RoIAlign, box and mask heads) is not
+    in the graph: mmcv's NMS and RoIAlign are custom ops of no ONNX opset, and the
+    number of boxes depends on the values; run it in PyTorch on these outputs."""
+
+    def __init__(self, detector):
+        super().__init__()
+        self.detector = detector
+
+    def forward(self, x):
+        feats = self.detector.extract_feat(x)
+        scores, deltas = self.detector.rpn_head(feats)
+        return (*feats, *scores, *deltas)
+
+
+def config_file(spec):
+    """``pkg::rel`` -> the config file shipped in the package's ``.mim/configs``."""
+    if '::' not in spec:
+        return spec
+    import importlib
+    package, rel = spec.split('::')
+    return osp.join(osp.dirname(importlib.import_module(package).__file__), '.mim',
+                    'configs', rel)
+
+
 def build(spec, checkpoint=None, part='backbone', cfg_options=None):
-    """The model to export, in eval mode: a config's backbone or segmentor, or a
-    backbone type built from ``cfg_options``."""
+    """The model to export, in eval mode: a config's backbone, segmentor graph
+    (``'segmentor'``) or whole model (``'model'``), or a backbone type built from
+    ``cfg_options``."""
     import mmhybrid  # noqa: F401  registers our models
     from mmengine.model import revert_sync_batchnorm
     from mmengine.runner import load_checkpoint
@@ -98,8 +127,9 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
         model = build_case(spec)
     elif spec.endswith('.py'):
         from mmengine.registry import MODELS, init_default_scope
-        from mmhybrid.utils import load_config
-        cfg = load_config(spec, cfg_options)
+        sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+        from _common import load_config
+        cfg = load_config(config_file(spec), cfg_options)
         init_default_scope(cfg.get('default_scope', 'mmhybrid'))
         model_cfg = cfg.model
         if 'pretrained' in model_cfg:
@@ -118,13 +148,20 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
             raise SystemExit(f'{spec}: --part segmentor needs an mmseg EncoderDecoder')
         make_exportable(model)
         model = SegmentorLogits(model)
-    elif hasattr(model, 'backbone'):
+    elif part == 'detector':
+        if not hasattr(model, 'rpn_head'):
+            raise SystemExit(f'{spec}: --part detector needs an mmdet two-stage '
+                             f'detector (backbone, neck, RPN)')
+        print('note: the graph ends at the RPN outputs; the RoI stage (NMS, '
+              'RoIAlign, box/mask heads) is not exported (see DetectorRPN)')
+        model = DetectorRPN(model)
+    elif part == 'backbone' and hasattr(model, 'backbone'):
         model = model.backbone
     model.eval()  # some backbones' train() returns None: not chained
     return model
 
 
-def refusals(model, static=False):
+def refusals(model):
     """Reasons why an exported graph of ``model`` could not match eager PyTorch."""
     reasons = []
     for name, p in model.named_parameters():
@@ -136,14 +173,6 @@ def refusals(model, static=False):
         if name.endswith('spatial_first') and not (-20 <= p.min() and p.max() <= 30):
             reasons.append(f'{name}: bonus outside [-20, 30], outside the range of '
                            f'the exported WKV path')
-    if not static:
-        for name, m in model.named_modules():
-            if getattr(m, 'init', None) == 'random' and hasattr(m, 'initial_history'):
-                reasons.append(
-                    f'{name}: HAViT\'s fixed random H_0 is an N x N constant drawn '
-                    f'for each token count N; a graph with dynamic H/W cannot hold '
-                    f'it (export with --static, or history init=\'zero\')')
-                break
     return reasons
 
 
@@ -257,7 +286,7 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
                      static=False, check_shapes=None, stride=32, tol=1e-4, batch=2):
     """Export, then check; returns (ok, report lines). A failed check deletes
     ``path``."""
-    reasons = refusals(model, static)
+    reasons = refusals(model)
     if reasons:
         return False, ['refused: ' + r for r in reasons]
     shapes = [tuple(shape)] if static else (check_shapes or
@@ -300,7 +329,7 @@ def parse_args(argv=None):
                         help='ONNX exporter (default: torchscript)')
     parser.add_argument('--shape', nargs=2, type=int, default=(256, 320),
                         metavar=('H', 'W'), help='export size')
-    parser.add_argument('--part', choices=('backbone', 'segmentor'),
+    parser.add_argument('--part', choices=('backbone', 'segmentor', 'detector'),
                         default='backbone')
     parser.add_argument('--static', action='store_true',
                         help='fixed batch and size (checked at the export size)')

@@ -1,0 +1,46 @@
+"""Mask R-CNN's first stage through ONNX with dynamic H/W: our SoLA Mask R-CNN
+config (backbone swapped for the tiny SoLA of tools/deploy/cases.py, FPN and RPN
+as configured) from images to the FPN maps and the RPN's raw scores and box deltas,
+checked in onnxruntime against eager at three sizes other than the export size."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / 'configs/sola/mask-rcnn_sola-t_fpn_1x_coco.py'
+pytest.importorskip('onnxruntime')
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location('_deploy_export_det',
+                                                  ROOT / 'tools/deploy/export.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mask_rcnn_rpn_dynamic_onnx(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / 'tools' / 'deploy'))
+    from cases import CASES
+    export = _tool()
+    backbone = dict(CASES['sola-min'], _delete_=True)
+    model = export.build(str(CONFIG), part='detector', cfg_options={
+        'model.backbone': backbone, 'model.neck.in_channels': [16, 16, 32, 32],
+        'model.neck.out_channels': 16, 'model.rpn_head.in_channels': 16,
+        'model.rpn_head.feat_channels': 16})
+    assert 'RoI stage' in capsys.readouterr().out
+    assert type(model.detector).__name__ == 'MaskRCNN'
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, 96, 128))
+    assert len(outs) == 5 + 2 * 5  # five FPN levels, scores and deltas per level
+    ok, lines = export.export_and_check(model, (96, 128), str(tmp_path / 'm.onnx'))
+    assert ok, '\n'.join(lines)
+
+
+def test_detector_part_needs_a_two_stage_detector():
+    with pytest.raises(SystemExit, match='two-stage'):
+        _tool().build(str(ROOT / 'configs/sola/upernet_sola-t_ade20k.py'),
+                      part='detector')
