@@ -10,6 +10,8 @@ Two OpenMMLab habits are supported from any caller scope (mmseg, mmdet, mmpretra
 """
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import \
+    OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import Registry
 
 MODELS = Registry(
@@ -17,10 +19,15 @@ MODELS = Registry(
     parent=MMENGINE_MODELS,
     scope='mmhybrid',
     locations=['mmhybrid.models'])
-# hooks: configs name them ``type='mmhybrid.AtomicCheckpointHook'``
+# configs name them ``type='mmhybrid.AtomicCheckpointHook'``
 HOOKS = Registry(
     'hook',
     parent=MMENGINE_HOOKS,
+    scope='mmhybrid',
+    locations=['mmhybrid.engine'])
+OPTIM_WRAPPER_CONSTRUCTORS = Registry(
+    'optimizer wrapper constructor',
+    parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS,
     scope='mmhybrid',
     locations=['mmhybrid.engine'])
 

@@ -1,4 +1,5 @@
 """Training-loop parts registered in mmengine's registries (scope ``mmhybrid``)."""
 from .hooks import AtomicCheckpointHook
+from .optim_wrapper_constructor import PlainGroupsOptimWrapperConstructor
 
-__all__ = ['AtomicCheckpointHook']
+__all__ = ['AtomicCheckpointHook', 'PlainGroupsOptimWrapperConstructor']

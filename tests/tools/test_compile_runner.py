@@ -3,17 +3,34 @@ UPerNet-SoLA (WKV, softmax and Hidden State Bridge layers) through the real
 ``Runner``, whose ``train_step`` is then ``torch.compile``d, gives eager's loss and
 gradient norm.
 
-mmengine builds the optimizer's param groups as ``ConfigDict``s when the config has
-a ``paramwise_cfg`` (ours do), and dynamo (torch 2.14) fails inside ``Adam.step``
-on them (``'UserDefinedDictVariable' object has no attribute 'items'``), whatever
-the model: a strict xfail until mmhybrid hands the optimizer plain dicts;
-``PlainGroups`` does that here to check our models under compile.
+mmengine's default constructor gives the optimizer ``ConfigDict`` param groups when
+the config has a ``paramwise_cfg`` (ours do), on which dynamo (torch 2.14) fails in
+``Adam.step``; our config bases name ``PlainGroupsOptimWrapperConstructor``.
 """
 import pytest
+import torch.nn as nn
+from mmengine.config import ConfigDict
 from mmengine.hooks import Hook
+from mmengine.optim import build_optim_wrapper
 
+import mmhybrid  # noqa: F401  (registers the constructor)
 from tests._tiny_toy_config import write_tiny_toy_config
 from tests._toy_runner import build_toy_runner, toy_config
+
+
+def test_constructor_gives_mmengines_groups_as_plain_dicts():
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+    cfg = dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-3,
+                                                   weight_decay=0.05),
+               paramwise_cfg=dict(norm_decay_mult=0.))
+    default = build_optim_wrapper(model, ConfigDict(cfg)).optimizer.param_groups
+    plain = build_optim_wrapper(model, ConfigDict(
+        cfg, constructor='mmhybrid.PlainGroupsOptimWrapperConstructor'))
+    plain = plain.optimizer.param_groups
+    assert any(isinstance(g, ConfigDict) for g in default)
+    assert [type(g) for g in plain] == [dict] * len(default)
+    assert plain == [dict(g) for g in default]
+    assert [g['weight_decay'] for g in plain] == [0.05, 0.05, 0., 0.]
 
 
 class Record(Hook):
@@ -25,15 +42,7 @@ class Record(Hook):
             grad_norm=runner.message_hub.get_scalar('train/grad_norm').current())
 
 
-class PlainGroups(Hook):
-    priority = 'VERY_HIGH'
-
-    def before_train(self, runner):
-        optimizer = runner.optim_wrapper.optimizer
-        optimizer.param_groups = [dict(g) for g in optimizer.param_groups]
-
-
-def _first_iteration(toy_data, tmp_path, name, compile_cfg, plain=True):
+def _first_iteration(toy_data, tmp_path, name, compile_cfg):
     work_dir = tmp_path / name
     cfg = toy_config(write_tiny_toy_config(tmp_path, iters=1), toy_data, work_dir,
                      validate=False)
@@ -43,29 +52,19 @@ def _first_iteration(toy_data, tmp_path, name, compile_cfg, plain=True):
     runner = build_toy_runner(cfg)
     record = Record()
     runner.register_hook(record)
-    if plain:
-        runner.register_hook(PlainGroups())
     runner.train()
     return record.values
 
 
-CONFIG_DICT_GROUPS = ('mmengine ConfigDict param groups: dynamo fails in Adam.step '
-                      '(the lead hands the optimizer plain dicts)')
-
-
 # slow: ~2 CPU-minutes for aot_eager (dynamo traces the whole train_step)
-@pytest.mark.parametrize('backend,plain', [
-    pytest.param('aot_eager', True, marks=pytest.mark.slow),
-    pytest.param('aot_eager', False, marks=[pytest.mark.slow, pytest.mark.xfail(
-        strict=True, raises=Exception, reason=CONFIG_DICT_GROUPS)]),
-    pytest.param('inductor', True, marks=pytest.mark.slow)])
-def test_runner_compile_matches_eager(toy_data, tmp_path, backend, plain):
+@pytest.mark.slow
+@pytest.mark.parametrize('backend', ['aot_eager', 'inductor'])
+def test_runner_compile_matches_eager(toy_data, tmp_path, backend):
     import torch._dynamo
     eager = _first_iteration(toy_data, tmp_path, 'eager', None)
     torch._dynamo.reset()
     try:
-        compiled = _first_iteration(toy_data, tmp_path, backend,
-                                    dict(backend=backend), plain)
+        compiled = _first_iteration(toy_data, tmp_path, backend, dict(backend=backend))
     finally:
         torch._dynamo.reset()
     for key, value in eager.items():

@@ -15,6 +15,8 @@ default_hooks = dict(checkpoint=dict(type='mmhybrid.AtomicCheckpointHook'))
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
+    # plain-dict param groups: compile=... works (mmhybrid/engine)
+    constructor='mmhybrid.PlainGroupsOptimWrapperConstructor',
     optimizer=dict(
         type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
     paramwise_cfg=dict(

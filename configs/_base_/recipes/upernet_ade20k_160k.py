@@ -24,6 +24,8 @@ model = dict(
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
+    # plain-dict param groups: compile=... works (mmhybrid/engine)
+    constructor='mmhybrid.PlainGroupsOptimWrapperConstructor',
     optimizer=dict(
         type='AdamW', lr=6e-5, betas=(0.9, 0.999), weight_decay=0.01),
     paramwise_cfg=dict(
