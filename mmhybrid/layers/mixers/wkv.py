@@ -5,7 +5,12 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
 from mmhybrid.ops import bi_wkv, quad_token_shift
+from mmhybrid.ops.tracing import is_tracing
 from ..block import MixerState
+
+# ChannelMix runs on slices of this many tokens: its (tokens, 4 C) hidden activation
+# then stays in cache and is never a fresh, page-faulted allocation of its own
+SLICE_TOKENS = 2048
 
 
 class TokenShiftMix(nn.Module):
@@ -83,8 +88,16 @@ class ChannelMix(nn.Module):
         self.value = nn.Linear(hidden, dims, bias=False)
 
     def forward(self, x, hw_shape):
-        xk, xr = self.shift_mix(x, hw_shape)
-        # ReLU in place: the projection's output is not kept by its backward
-        k = torch.relu_(self.key(xk))
-        k = self.key_norm(k * k)
-        return torch.sigmoid(self.receptance(xr)) * self.value(k)
+        shifted = quad_token_shift(x, hw_shape)
+        mu_k, mu_r = self.shift_mix.mix.to(x.dtype)
+        B, N, C = x.shape
+        x, shifted = x.reshape(-1, C), shifted.view(-1, C)
+        step = x.shape[0] if is_tracing() else SLICE_TOKENS
+        out = []
+        for i in range(0, x.shape[0], step):
+            xi, si = x[i:i + step], shifted[i:i + step]
+            # ReLU in place: the projection's output is not kept by its backward
+            k = torch.relu_(self.key(torch.lerp(si, xi, mu_k)))
+            r = torch.sigmoid(self.receptance(torch.lerp(si, xi, mu_r)))
+            out.append(r * self.value(self.key_norm(k * k)))
+        return (out[0] if len(out) == 1 else torch.cat(out)).view(B, N, C)
