@@ -2,7 +2,9 @@
 
 Eq. 9 applies one symmetric Toeplitz kernel per channel, K(t, i) = e^{-(|t-i|-1) w}
 for i != t and K(t, t) = e^{u}, to e^{k} v (numerator) and e^{k} (denominator). The
-sequence is laid out channel-first and cut into chunks of L (<= 32) tokens:
+sequence is laid out channel-first (the output is a channel-major view of (B, T, C),
+which its consumer reads in place of a transposing copy) and cut into chunks of L
+(<= 32) tokens:
 
 * inside a chunk the kernel is an L x L matrix per channel; with the chunk's two state
   weights (towards its right end, towards its left end) appended as columns, one
