@@ -25,6 +25,19 @@ class TokenShiftMix(nn.Module):
         return [torch.lerp(shifted, x, mu.to(x.dtype)) for mu in self.mix]
 
 
+class Projection(nn.Linear):
+    """Bias-free ``nn.Linear`` that can write its output channel-major: ``W x^T``
+    viewed as (B, N, C), the layout :func:`bi_wkv`'s torch path computes in (a GEMM
+    with a transposed operand costs the same as the plain one)."""
+
+    def forward(self, x, channel_major=False):
+        if not channel_major:
+            return super().forward(x)
+        B, N, C = x.shape
+        y = torch.mm(self.weight, x.reshape(B * N, C).t())
+        return y.view(-1, B, N).permute(1, 2, 0)
+
+
 class SpatialMix(nn.Module):
     """Receptance-gated bidirectional WKV (Eq. 9): ``W_o (sigma(R) * wkv(K, V))``.
 
@@ -40,9 +53,9 @@ class SpatialMix(nn.Module):
     def __init__(self, dims, key_norm=False, norm_cfg=dict(type='LN')):
         super().__init__()
         self.shift_mix = TokenShiftMix(dims, 3)
-        self.key = nn.Linear(dims, dims, bias=False)
-        self.value = nn.Linear(dims, dims, bias=False)
-        self.receptance = nn.Linear(dims, dims, bias=False)
+        self.key = Projection(dims, dims, bias=False)
+        self.value = Projection(dims, dims, bias=False)
+        self.receptance = Projection(dims, dims, bias=False)
         self.spatial_decay = nn.Parameter(torch.zeros(dims))
         self.spatial_first = nn.Parameter(torch.zeros(dims))
         self.key_norm = (build_norm_layer(norm_cfg, dims)[1]
@@ -65,10 +78,13 @@ class SpatialMix(nn.Module):
 
     def forward(self, x, hw_shape, state=MixerState()):
         xk, xv, xr = self.shift_mix(x, hw_shape)
-        N = x.shape[1]
-        hidden = bi_wkv(self.spatial_decay / N, self.spatial_first,
-                        self.key(xk), self.value(xv))
-        out = torch.sigmoid(self.receptance(xr)) * self.key_norm(hidden)
+        # off CUDA bi_wkv runs its torch path, channel-major: k, v, r, the WKV
+        # output and the gate stay in that layout and the output projection reads
+        # it, so nothing is transposed (CUDA's Triton kernels take channels last)
+        cm = not x.is_cuda
+        hidden = bi_wkv(self.spatial_decay / x.shape[1], self.spatial_first,
+                        self.key(xk, cm), self.value(xv, cm))
+        out = torch.sigmoid(self.receptance(xr, cm)) * self.key_norm(hidden)
         return self.output(out), state._replace(hidden=hidden)
 
 
