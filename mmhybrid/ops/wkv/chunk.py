@@ -116,12 +116,13 @@ def _apply_kernel(x, K_aug, w, L):
     (C, B, n, 4).
     """
     C, B = x.shape[:2]
-    out = torch.bmm(x.reshape(C, -1, L), K_aug)
-    states = out[..., L:].view(C, B, -1, 4)
-    carries = _carries(states[..., :2].transpose(-1, -2), w[:, None], L)
-    # the left carry enters decaying as e^{-l w}, the right one as e^{-(L-1-l) w}
-    expand = K_aug[..., L:L + 2].flip(-1).transpose(-1, -2)  # (C, 2, L)
-    y = out[..., :L].baddbmm_(carries.transpose(-1, -2).reshape(C, -1, 2), expand)
+    with torch.autocast(x.device.type, enabled=False):  # fp32 sums under autocast too
+        out = torch.bmm(x.reshape(C, -1, L), K_aug)
+        states = out[..., L:].view(C, B, -1, 4)
+        carries = _carries(states[..., :2].transpose(-1, -2), w[:, None], L)
+        # the left carry enters decaying as e^{-l w}, the right one as e^{-(L-1-l) w}
+        expand = K_aug[..., L:L + 2].flip(-1).transpose(-1, -2)  # (C, 2, L)
+        y = out[..., :L].baddbmm_(carries.transpose(-1, -2).reshape(C, -1, 2), expand)
     return y.view(C, B, -1, L), states
 
 
