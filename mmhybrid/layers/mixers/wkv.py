@@ -5,7 +5,12 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
 from mmhybrid.ops import bi_wkv, quad_token_shift
+from mmhybrid.ops.tracing import is_tracing
 from ..block import MixerState
+
+# ChannelMix runs on slices of this many tokens: its (tokens, 4 C) hidden activation
+# then stays in cache and is never a fresh, page-faulted allocation of its own
+SLICE_TOKENS = 2048
 
 
 class TokenShiftMix(nn.Module):
@@ -18,6 +23,19 @@ class TokenShiftMix(nn.Module):
     def forward(self, x, hw_shape):
         shifted = quad_token_shift(x, hw_shape)
         return [torch.lerp(shifted, x, mu.to(x.dtype)) for mu in self.mix]
+
+
+class Projection(nn.Linear):
+    """Bias-free ``nn.Linear`` that can write its output channel-major: ``W x^T``
+    viewed as (B, N, C), the layout :func:`bi_wkv`'s torch path computes in (a GEMM
+    with a transposed operand costs the same as the plain one)."""
+
+    def forward(self, x, channel_major=False):
+        if not channel_major:
+            return super().forward(x)
+        B, N, C = x.shape
+        y = torch.mm(self.weight, x.reshape(B * N, C).t())
+        return y.view(-1, B, N).permute(1, 2, 0)
 
 
 class SpatialMix(nn.Module):
@@ -35,9 +53,9 @@ class SpatialMix(nn.Module):
     def __init__(self, dims, key_norm=False, norm_cfg=dict(type='LN')):
         super().__init__()
         self.shift_mix = TokenShiftMix(dims, 3)
-        self.key = nn.Linear(dims, dims, bias=False)
-        self.value = nn.Linear(dims, dims, bias=False)
-        self.receptance = nn.Linear(dims, dims, bias=False)
+        self.key = Projection(dims, dims, bias=False)
+        self.value = Projection(dims, dims, bias=False)
+        self.receptance = Projection(dims, dims, bias=False)
         self.spatial_decay = nn.Parameter(torch.zeros(dims))
         self.spatial_first = nn.Parameter(torch.zeros(dims))
         self.key_norm = (build_norm_layer(norm_cfg, dims)[1]
@@ -60,10 +78,13 @@ class SpatialMix(nn.Module):
 
     def forward(self, x, hw_shape, state=MixerState()):
         xk, xv, xr = self.shift_mix(x, hw_shape)
-        N = x.shape[1]
-        hidden = bi_wkv(self.spatial_decay / N, self.spatial_first,
-                        self.key(xk), self.value(xv))
-        out = torch.sigmoid(self.receptance(xr)) * self.key_norm(hidden)
+        # off CUDA bi_wkv runs its torch path, channel-major: k, v, r, the WKV
+        # output and the gate stay in that layout and the output projection reads
+        # it, so nothing is transposed (CUDA's Triton kernels take channels last)
+        cm = not x.is_cuda
+        hidden = bi_wkv(self.spatial_decay / x.shape[1], self.spatial_first,
+                        self.key(xk, cm), self.value(xv, cm))
+        out = torch.sigmoid(self.receptance(xr, cm)) * self.key_norm(hidden)
         return self.output(out), state._replace(hidden=hidden)
 
 
@@ -83,8 +104,16 @@ class ChannelMix(nn.Module):
         self.value = nn.Linear(hidden, dims, bias=False)
 
     def forward(self, x, hw_shape):
-        xk, xr = self.shift_mix(x, hw_shape)
-        # ReLU in place: the projection's output is not kept by its backward
-        k = torch.relu_(self.key(xk))
-        k = self.key_norm(k * k)
-        return torch.sigmoid(self.receptance(xr)) * self.value(k)
+        shifted = quad_token_shift(x, hw_shape)
+        mu_k, mu_r = self.shift_mix.mix.to(x.dtype)
+        B, N, C = x.shape
+        x, shifted = x.reshape(-1, C), shifted.view(-1, C)
+        step = x.shape[0] if is_tracing() else SLICE_TOKENS
+        out = []
+        for i in range(0, x.shape[0], step):
+            xi, si = x[i:i + step], shifted[i:i + step]
+            # ReLU in place: the projection's output is not kept by its backward
+            k = torch.relu_(self.key(torch.lerp(si, xi, mu_k)))
+            r = torch.sigmoid(self.receptance(torch.lerp(si, xi, mu_r)))
+            out.append(r * self.value(self.key_norm(k * k)))
+        return (out[0] if len(out) == 1 else torch.cat(out)).view(B, N, C)

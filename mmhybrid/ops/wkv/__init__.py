@@ -57,7 +57,8 @@ def bi_wkv(w, u, k, v, backend=None):
             ``'triton'`` computes channels with T |w| <= 30 and u in [-20, 30] and
             returns NaN for the others (no host sync); ``'torch'`` is exact for any.
     Returns:
-        Tensor: (B, T, C) in the dtype of ``v``.
+        Tensor: (B, T, C) in the dtype of ``v``; the torch path returns a
+        channel-major view (and takes channel-major k, v without a copy).
     """
     if k.dim() != 3 or k.shape != v.shape:
         raise ValueError(f'k and v must both be (B, T, C); got {tuple(k.shape)} '

@@ -2,7 +2,9 @@
 
 Eq. 9 applies one symmetric Toeplitz kernel per channel, K(t, i) = e^{-(|t-i|-1) w}
 for i != t and K(t, t) = e^{u}, to e^{k} v (numerator) and e^{k} (denominator). The
-sequence is laid out channel-first and cut into chunks of L (<= 32) tokens:
+sequence is laid out channel-first (the output is a channel-major view of (B, T, C),
+which its consumer reads in place of a transposing copy) and cut into chunks of L
+(<= 32) tokens:
 
 * inside a chunk the kernel is an L x L matrix per channel; with the chunk's two state
   weights (towards its right end, towards its left end) appended as columns, one
@@ -108,33 +110,38 @@ def _apply_kernel(x, K_aug, w, L):
     """Eq. 9's kernel applied along the tokens of x (C, B, n, L), chunk by chunk.
 
     ``K_aug`` (C, L, L + 4) is the chunk kernel followed by the state weights, so one
-    batched matmul per channel gives the in-chunk sums and the chunk states; the
-    carries between chunks are then added by a rank-2 matmul per channel. Returns
-    the result (C, B, n, L) and the chunk states with their w-derivatives (C, B, n, 4).
+    batched matmul per channel gives the in-chunk sums and the chunk states; a
+    rank-2 one adds the carries between chunks to the sums in place. Returns the
+    result (C, B, n, L) (a view) and the chunk states with their w-derivatives
+    (C, B, n, 4).
     """
     C, B = x.shape[:2]
-    out = torch.bmm(x.reshape(C, -1, L), K_aug).view(C, B, -1, L + 4)
-    carries = _carries(out[..., L:L + 2].transpose(-1, -2), w[:, None], L)
-    # the left carry enters decaying as e^{-l w}, the right one as e^{-(L-1-l) w}
-    expand = K_aug[..., L:L + 2].flip(-1).transpose(-1, -2)  # (C, 2, L)
-    carried = torch.bmm(carries.transpose(-1, -2).reshape(C, -1, 2), expand)
-    return out[..., :L] + carried.view(C, B, -1, L), out[..., L:]
+    with torch.autocast(x.device.type, enabled=False):  # fp32 sums under autocast too
+        out = torch.bmm(x.reshape(C, -1, L), K_aug)
+        states = out[..., L:].view(C, B, -1, 4)
+        carries = _carries(states[..., :2].transpose(-1, -2), w[:, None], L)
+        # the left carry enters decaying as e^{-l w}, the right one as e^{-(L-1-l) w}
+        expand = K_aug[..., L:L + 2].flip(-1).transpose(-1, -2)  # (C, 2, L)
+        y = out[..., :L].baddbmm_(carries.transpose(-1, -2).reshape(C, -1, 2), expand)
+    return y.view(C, B, -1, L), states
 
 
 def _to_chunks(x, L, dtype, pad_value):
     """(B, T, C) -> channel-major chunks (C, B, n, L) of ``dtype``, n = ceil(T / L),
-    the last chunk padded with ``pad_value`` (a 2-D transpose: the fast copy)."""
+    the last chunk padded with ``pad_value``. No copy when x is a channel-major view
+    (what :func:`_from_chunks` returns), else one 2-D transpose."""
     B, T, C = x.shape
     pad = (T + L - 1) // L * L - T
-    x = F.pad(x.to(dtype), (0, 0, 0, pad), value=pad_value)
-    return x.reshape(-1, C).t().contiguous().view(C, B, -1, L)
+    if pad:
+        x = F.pad(x, (0, 0, 0, pad), value=pad_value)
+    return x.to(dtype).reshape(-1, C).t().contiguous().view(C, B, -1, L)
 
 
 def _from_chunks(x, T, dtype):
-    """(C, B, n, L) -> (B, T, C) contiguous of ``dtype``, the first T tokens."""
+    """(C, B, n, L) -> (B, T, C) of ``dtype``, the first T tokens: a channel-major
+    view (its consumer's elementwise op or matmul reads it in place of a copy)."""
     C, B = x.shape[:2]
-    x = x.reshape(C, B, -1)[..., :T].reshape(C, -1)
-    return x.t().contiguous().to(dtype).view(B, -1, C)
+    return x.reshape(C, B, -1)[..., :T].permute(1, 2, 0).to(dtype)
 
 
 def _fast_bi_wkv(w, u, k, v):
@@ -146,7 +153,7 @@ def _fast_bi_wkv(w, u, k, v):
     K_aug = torch.cat((_kernel_matrix(wf, uf, L), _state_weights(wf, L)), dim=-1)
     # a = e^{k - max k}, av = a v; padded tokens weigh 0
     a = _to_chunks(k, L, dtype, float('-inf'))
-    a = torch.exp(a - a.amax(dim=(-2, -1), keepdim=True))
+    a = (a - a.amax(dim=(-2, -1), keepdim=True)).exp_()
     av = _to_chunks(v, L, dtype, 0.) * a
     num, num_states = _apply_kernel(av, K_aug, wf, L)
     den, den_states = _apply_kernel(a, K_aug, wf, L)
