@@ -35,8 +35,12 @@ onnx = pytest.importorskip('onnxruntime')
 SHAPE = (96, 128)  # export size (3 x 4 tokens at stride 32); checks at three others
 TOL = 1e-4
 
-# (case, check) -> the cause, for cells that fail (none today)
-KNOWN = {}
+# (case, check) -> the cause, for cells that fail (checked 2026-11-24)
+KNOWN = {
+    ('infinitevl', 'torch-export'): 'under investigation: the traced delta rule and '
+    'halo hold at every size alone (test_traced_op_forms...), the whole InfiniteVL '
+    'program not yet',
+}
 # the historical layer draws its random H_0 per token count: dynamic export refuses
 REFUSED = {'havit'}
 SAMPLE = {'sola-min', 'infvit-linear'}
