@@ -1,13 +1,14 @@
 """Rectangular windows of a token grid, as Swin and CSWin attend inside them.
 
-The grid is zero-padded at the bottom/right to multiples of the window and may
-be rolled (Swin's cyclic shift); windows are numbered row-major, tokens inside a
-window row-major.
+The grid is zero-padded at the bottom/right to multiples of the window (or to a
+given ``grid``) and may be rolled (Swin's cyclic shift); windows are numbered
+row-major, tokens inside a window row-major.
 """
 import torch
 import torch.nn.functional as F
 
 from .attention import softmax_attention
+from .tracing import is_tracing
 
 
 def padded_size(size, window):
@@ -25,12 +26,17 @@ def roll(x, shifts, dims):
     return x
 
 
-def window_partition(x, hw_shape, window, shift=None):
+def _grid(hw_shape, window, grid):
+    return grid or tuple(padded_size(s, w) for s, w in zip(hw_shape, window))
+
+
+def window_partition(x, hw_shape, window, shift=None, grid=None):
     """(B, H*W, C) -> (B, nW, wh*ww, C) windows of the padded grid, rolled by
-    ``-shift`` (None: no roll; a shift may be 0 or computed from sizes)."""
+    ``-shift`` (None: no roll; a shift may be 0 or computed from sizes); ``grid``
+    (Hp, Wp): pad to it, default the next multiples of the window."""
     B, _, C = x.shape
     (H, W), (wh, ww) = hw_shape, window
-    Hp, Wp = padded_size(H, wh), padded_size(W, ww)
+    Hp, Wp = _grid(hw_shape, window, grid)
     x = F.pad(x.view(B, H, W, C), (0, 0, 0, Wp - W, 0, Hp - H))
     if shift is not None:
         x = roll(x, (-shift[0], -shift[1]), dims=(1, 2))
@@ -38,19 +44,22 @@ def window_partition(x, hw_shape, window, shift=None):
     return x.reshape(B, -1, wh * ww, C)
 
 
-def window_reverse(windows, hw_shape, window, shift=None):
+def window_reverse(windows, hw_shape, window, shift=None, grid=None):
     """Inverse of :func:`window_partition`: (B, nW, wh*ww, C) -> (B, H*W, C)."""
     B, _, _, C = windows.shape
     (H, W), (wh, ww) = hw_shape, window
-    Hp, Wp = padded_size(H, wh), padded_size(W, ww)
+    Hp, Wp = _grid(hw_shape, window, grid)
     x = windows.view(B, Hp // wh, Wp // ww, wh, ww, C).permute(0, 1, 3, 2, 4, 5)
     x = x.reshape(B, Hp, Wp, C)
     if shift is not None:
         x = roll(x, shift, dims=(1, 2))
+    if is_tracing():  # crop by index: torch.export would guard Hp == H (a view)
+        return x.flatten(1, 2).index_select(1, (torch.arange(
+            H, device=x.device)[:, None] * Wp + torch.arange(W, device=x.device)).flatten())
     return x[:, :H, :W].reshape(B, H * W, C)
 
 
-def window_mask(hw_shape, window, shift, device):
+def window_mask(hw_shape, window, shift, device, grid=None):
     """(nW, L, L) bool: which keys a query of each window may attend to.
 
     Keys in the bottom/right padding are excluded; with a shift, so are keys that
@@ -58,7 +67,7 @@ def window_mask(hw_shape, window, shift, device):
     in the rolled frame). Every token may attend to itself, so no row is empty.
     """
     (H, W), (wh, ww) = hw_shape, window
-    Hp, Wp = padded_size(H, wh), padded_size(W, ww)
+    Hp, Wp = _grid(hw_shape, window, grid)
     rows = torch.arange(Hp, device=device)[:, None]
     cols = torch.arange(Wp, device=device)[None, :]
     valid = ((rows < H) & (cols < W)).float()

@@ -76,12 +76,14 @@ class BidirectionalGatedDeltaNet(nn.Module):
         def both(t):
             return torch.cat((t, t.flip(1)))
 
-        q, k, v = (t.unflatten(-1, (self.num_heads, -1))
+        # reshape with sizes, not unflatten: the TorchScript ONNX exporter freezes
+        # the sizes of unflatten's output
+        q, k, v = (t.reshape(2 * B, N, self.num_heads, -1)
                    for t in both(F.silu(qkv)).split(self.split, dim=-1))
         o, _ = gated_delta_rule(q, k, v, both(g), both(beta),
                                 use_qk_l2norm_in_kernel=True)
         hidden = o[:B] + o[B:].flip(1)  # (B, N, heads, head_v_dim)
-        gate = F.silu(self.g_proj(x)).unflatten(-1, (self.num_heads, -1))
+        gate = F.silu(self.g_proj(x)).reshape(B, N, self.num_heads, -1)
         # the per-head RMSNorm in float32 whatever the autocast / parameter dtype,
         # written out (ONNX has no RMSNormalization before opset 23)
         hidden32 = hidden.float()

@@ -3,8 +3,8 @@ import torch
 import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
 
-from mmhybrid.ops.windows import (window_attention, window_mask, window_partition,
-                                  window_reverse)
+from mmhybrid.ops.windows import (padded_size, window_attention, window_mask,
+                                  window_partition, window_reverse)
 from .base import AttentionMixer
 
 
@@ -42,11 +42,17 @@ class ShiftedWindowAttention(AttentionMixer):
             # graphs keep it)
             fit_h, fit_w = (1 // ((size - 1) // ws + 1) for size in hw_shape)
             shift = (self.shift_size * (1 - fit_h * fit_w), ) * 2
+        # under dynamo a padded window more (masked; the same windows of tokens):
+        # two at least, so that torch.export keeps the counts symbolic (it
+        # specialises sizes of 1)
+        grid = tuple(padded_size(s, ws) + ws * torch.compiler.is_compiling()
+                     for s in hw_shape)
         L = ws * ws
         bias = self.relative_position_bias_table[self.relative_position_index.view(-1)]
         bias = bias.view(L, L, -1).permute(2, 0, 1)  # (heads, L, L)
-        mask = window_mask(hw_shape, window, shift, q.device)
-        q, k, v = (window_partition(t, hw_shape, window, shift) for t in (q, k, v))
+        mask = window_mask(hw_shape, window, shift, q.device, grid)
+        q, k, v = (window_partition(t, hw_shape, window, shift, grid)
+                   for t in (q, k, v))
         out = window_attention(q, k, v, self.num_heads, mask, bias.to(q.dtype),
                                self.dropout_p, self.scale)
-        return window_reverse(out, hw_shape, window, shift), state
+        return window_reverse(out, hw_shape, window, shift, grid), state

@@ -31,17 +31,22 @@ The backward pass is written by hand (:class:`ChunkGatedDeltaRule`), segment by
 segment in reverse: the adjoint recurrence ``dM_0 = A_c^T dM_C + R_c`` (one
 matmul per chunk) and the rest batched; two identities keep it short: ``T^T`` is
 needed only as ``dV_beta = T^T dDelta``, and then ``dA = -dV_beta Delta^T``
-(``Delta = U - W M_0``). Without gradients no autograd Function runs (plain
-ops, as exporters and compilers like them). All ops are functional (no ``out=``,
-no strides read from tensors) and every size comes from shapes. Inputs in
-fp16/bf16 are computed in fp32.
+(``Delta = U - W M_0``). Inputs in fp16/bf16 are computed in fp32.
+
+Under a tracer (:func:`mmhybrid.ops.tracing.is_tracing`) one graph must hold for
+every length: plain ops that autograd differentiates, a fixed chunk length, one
+segment padded to whole chunks by size arithmetic, and the state recurrence as a
+loop the graph keeps (a scripted loop, an ONNX ``Loop``, under ``torch.jit.trace``;
+the ``scan`` higher-order op, an ONNX ``Scan``, under dynamo).
 """
 import functools
 
 import torch
 import torch.nn.functional as F
+from torch._higher_order_ops import scan
 from torch.autograd.function import once_differentiable
 
+from ..tracing import is_tracing
 from .naive import L2NORM_EPS
 
 
@@ -102,6 +107,35 @@ def _rowdot(a, b):
     return (a * b).sum(-1, keepdim=True)
 
 
+def state_recurrence(trans, bias, state):
+    """``M_{i+1} = trans_i M_i + bias_i`` over the chunks: the states entering
+    each chunk, stacked, and the one leaving the last."""
+    states = []
+    for i in range(trans.shape[0]):
+        states.append(state)
+        state = torch.baddbmm(bias[i], trans[i], state)
+    return torch.stack(states), state
+
+
+def _scan_step(state, x):
+    return torch.baddbmm(x[1], x[0], state), state.clone()  # no aliased output
+
+
+@functools.cache
+def _scripted_recurrence():
+    return torch.jit.script(state_recurrence)
+
+
+def _recurrence(trans, bias, state):
+    """:func:`state_recurrence` in the form the current tracer keeps as a loop."""
+    if torch.jit.is_tracing():
+        return _scripted_recurrence()(trans, bias, state)
+    if torch.compiler.is_compiling():
+        state, states = scan(_scan_step, state, (trans, bias))
+        return states, state
+    return state_recurrence(trans, bias, state)
+
+
 def _masks(chunk, device):
     """(C, C) bool mask of j <= r, and the (2, C, C) float masks strictly lower
     (for A) and lower with the diagonal (for the intra-chunk scores P); made from
@@ -148,11 +182,8 @@ def _segment_forward(q, k, v, g, beta, state, scale, l2norm, save):
     bias, kw = (k_out.transpose(-1, -2) @ uw).split((V, K), -1)
     eye = torch.eye(K, dtype=q.dtype, device=q.device)
     trans = (gamma[..., None] * eye - kw).reshape(n, B * H, K, K)
-    bias = bias.reshape(n, B * H, K, V)
-    states = [state]
-    for i in range(n):
-        states.append(torch.baddbmm(bias[i], trans[i], states[-1]))
-    s_in = torch.stack(states[:n]).view(n, B, H, K, V)
+    s_in, state = _recurrence(trans, bias.reshape(n, B * H, K, V), state)
+    s_in = s_in.view(n, B, H, K, V)
     delta = _baddbmm(u, w, s_in, alpha=-1)
     qg = q * eG[..., None]
     o = _baddbmm(qg @ s_in, p, delta)
@@ -160,7 +191,7 @@ def _segment_forward(q, k, v, g, beta, state, scale, l2norm, save):
     if save:
         saved = (q, k, v, beta, eG, gamma, out_decay, decay[..., None, :, :] *
                  masks.to(q.dtype), ap, t, w, k_out, trans, s_in, delta, qg, kq, rq, rk)
-    return o, states[n], saved
+    return o, state, saved
 
 
 def _segment_backward(saved, do, dstate, scale, l2norm):
@@ -222,17 +253,13 @@ def _segments(T, segment):
     return [(start, min(start + segment, T)) for start in range(0, T, segment)]
 
 
-def _segment_inputs(tensors, start, stop, chunk):
+def _segment_inputs(tensors, start, stop, chunk, extra=0):
     """Slices [start, stop) of (B, T, H, ...) tensors, zero-padded to whole
-    chunks (g = beta = k = 0 leaves the state unchanged), in chunk layout."""
-    pad = -(stop - start) % chunk
-    out = []
-    for x in tensors:
-        x = x[:, start:stop]
-        if pad:
-            x = torch.cat((x, x.new_zeros(x.shape[0], pad, *x.shape[2:])), 1)
-        out.append(to_chunks(x, chunk))
-    return out
+    chunks and ``extra`` more tokens (g = beta = k = 0 leaves the state
+    unchanged), in chunk layout."""
+    pad = (chunk - (stop - start) % chunk) % chunk + extra
+    return [to_chunks(F.pad(x[:, start:stop], (0, 0) * (x.dim() - 2) + (0, pad)),
+                      chunk) for x in tensors]
 
 
 def _forward(q, k, v, g, beta, state, scale, chunk, segment, l2norm, save):
@@ -243,9 +270,12 @@ def _forward(q, k, v, g, beta, state, scale, chunk, segment, l2norm, save):
     state = (q.new_zeros(B * H, K, V) if state is None else
              state.reshape(B * H, K, V))
     outs, saved = [], []
-    for start, stop in _segments(T, segment):
+    # traced: one segment; under dynamo a chunk more: two at least, so that
+    # torch.export keeps the chunk count symbolic (it specialises sizes of 1)
+    extra = chunk * torch.compiler.is_compiling()
+    for start, stop in [(0, T)] if is_tracing() else _segments(T, segment):
         qs, ks, vs, gs, betas = _segment_inputs((q, k, v, g, beta), start, stop,
-                                                chunk)
+                                                chunk, extra)
         o, state, kept = _segment_forward(qs, ks, vs, gs, betas, state, scale,
                                           l2norm, save)
         outs.append(from_chunks(o)[:, :stop - start])
@@ -329,14 +359,14 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                  initial_state)
         return (v.new_zeros(B, 0, H, V).to(out_dtype),
                 state if output_final_state else None)
+    traced = is_tracing()  # a fixed chunk and plain ops, see the module docstring
     chunk = chunk_size
-    while chunk > 1 and chunk // 2 >= T:  # short sequences: less padding
+    while not traced and chunk > 1 and chunk // 2 >= T:  # short: less padding
         chunk //= 2
     segment = -(-segment_size // chunk) * chunk
     args = (q, k, v, g, beta, initial_state, scale, chunk, segment,
             use_qk_l2norm_in_kernel)
-    # the TorchScript exporter cannot trace an autograd Function: plain ops there
-    if (torch.is_grad_enabled() and not torch.jit.is_tracing() and any(
+    if (torch.is_grad_enabled() and not traced and any(
             x is not None and x.requires_grad for x in args[:6])):
         o, state = ChunkGatedDeltaRule.apply(*args)
     else:

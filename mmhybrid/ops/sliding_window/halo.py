@@ -14,30 +14,38 @@ query-key pairs than N^2, the whole map is one tile (the masked dense attention)
 The indices and the mask are arithmetic on ``arange``s of the map's sizes (no
 cache keyed on sizes, nothing read back from tensors), so compilers and exporters
 trace them; the mask is float (0 / -inf) and broadcast over batch and heads,
-which CPU SDPA's fused kernel takes as it is.
+which CPU SDPA's fused kernel takes as it is. Eager shrinks the window and the
+tile to a smaller map; under a tracer they stay fixed (one graph for every size)
+and a region reaching past the map repeats its last key, masked.
 """
 import torch
 import torch.nn.functional as F
+
+from ..tracing import is_tracing
 
 
 def _axis_tiles(size, window, tile, device):
     """Tiles along one axis: key indices per tile (n, span), the additive mask
     (n, tile, span), and the tile size used."""
-    window, tile = min(window, size), min(tile, size)
-    n = (size + tile - 1) // tile
-    span = min(tile + window - 1, size)
+    span = tile + window - 1
+    if not is_tracing():
+        window, tile = min(window, size), min(tile, size)
+        span = min(tile + window - 1, size)
+    # under dynamo a tile more: two at least, so that torch.export keeps the count
+    # symbolic (it specialises sizes of 1)
+    n = (size + tile - 1) // tile + int(torch.compiler.is_compiling())
     index = torch.arange(n, device=device)
-    first = (index * tile - window // 2).clamp(0, size - span)
+    first = (index * tile - window // 2).clamp(max=size - span).clamp(min=0)
     keys = first[:, None] + torch.arange(span, device=device)
     # queries past the end (padding) clamp like the last real query
     query = (index[:, None] * tile + torch.arange(tile, device=device)).clamp(
         max=size - 1)
-    start = (query - window // 2).clamp(0, size - window)
+    start = (query - window // 2).clamp(max=size - window).clamp(min=0)
     offset = keys[:, None, :] - start[:, :, None]
-    outside = (offset < 0) | (offset >= window)
+    outside = (offset < 0) | (offset >= window) | (keys >= size)[:, None]
     mask = torch.zeros(outside.shape, device=device).masked_fill(outside,
                                                                  -torch.inf)
-    return keys, mask, tile
+    return keys.clamp(max=size - 1), mask, tile
 
 
 def tile_plan(hw_shape, window_size, tile_size, device, dtype=torch.float32):
@@ -77,7 +85,8 @@ def halo_sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
     H, W = hw_shape
     if tile_size is None:
         tile_size = tuple(w + 1 for w in window_size)
-        if pairs_per_tiling(hw_shape, window_size, tile_size) >= N * N:
+        if not is_tracing() and pairs_per_tiling(hw_shape, window_size,
+                                                 tile_size) >= N * N:
             tile_size = (H, W)
     index, mask, (th, tw), (nh, nw) = tile_plan(
         hw_shape, window_size, tile_size, q.device, q.dtype)
