@@ -108,12 +108,15 @@ class ChannelMix(nn.Module):
         mu_k, mu_r = self.shift_mix.mix.to(x.dtype)
         B, N, C = x.shape
         x, shifted = x.reshape(-1, C), shifted.view(-1, C)
-        step = x.shape[0] if is_tracing() else SLICE_TOKENS
-        out = []
-        for i in range(0, x.shape[0], step):
-            xi, si = x[i:i + step], shifted[i:i + step]
+
+        def mix(xi, si):
             # ReLU in place: the projection's output is not kept by its backward
             k = torch.relu_(self.key(torch.lerp(si, xi, mu_k)))
             r = torch.sigmoid(self.receptance(torch.lerp(si, xi, mu_r)))
-            out.append(r * self.value(self.key_norm(k * k)))
-        return (out[0] if len(out) == 1 else torch.cat(out)).view(B, N, C)
+            return r * self.value(self.key_norm(k * k))
+
+        # one slice under a tracer: a loop over a symbolic count pins the size
+        if is_tracing() or x.shape[0] <= SLICE_TOKENS:
+            return mix(x, shifted).view(B, N, C)
+        return torch.cat([mix(x[i:i + SLICE_TOKENS], shifted[i:i + SLICE_TOKENS])
+                          for i in range(0, x.shape[0], SLICE_TOKENS)]).view(B, N, C)

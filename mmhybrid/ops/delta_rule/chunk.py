@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch._higher_order_ops import scan
 from torch.autograd.function import once_differentiable
 
-from ..tracing import is_tracing
+from ..tracing import is_tracing, no_autocast
 from .naive import L2NORM_EPS
 
 
@@ -370,6 +370,6 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
             x is not None and x.requires_grad for x in args[:6])):
         o, state = ChunkGatedDeltaRule.apply(*args)
     else:
-        with torch.autocast(q.device.type, enabled=False):
+        with no_autocast(q.device.type):
             o, state, _ = _forward(*args, save=False)
     return o.to(out_dtype), state if output_final_state else None

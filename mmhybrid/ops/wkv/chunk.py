@@ -34,7 +34,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..tracing import is_tracing
+from ..tracing import is_tracing, no_autocast
 
 CHUNK = 32
 MAX_DECAY_SPAN = 30.0  # fast path: T * max|w|
@@ -116,7 +116,7 @@ def _apply_kernel(x, K_aug, w, L):
     (C, B, n, 4).
     """
     C, B = x.shape[:2]
-    with torch.autocast(x.device.type, enabled=False):  # fp32 sums under autocast too
+    with no_autocast(x.device.type):  # fp32 sums under autocast too
         out = torch.bmm(x.reshape(C, -1, L), K_aug)
         states = out[..., L:].view(C, B, -1, 4)
         carries = _carries(states[..., :2].transpose(-1, -2), w[:, None], L)
