@@ -147,6 +147,8 @@ def test_schedule_errors():
         tiny(window_size=(3, 3, 4, 3))
     with pytest.raises(ValueError, match=r'layer_cfg .*\[.Q.\]'):
         tiny(layer_cfg=dict(Q=dict()))
+    with pytest.raises(ValueError, match=r"layer_cfg\['S'\] has \['expand_v'\]"):
+        tiny(layer_cfg=dict(S=dict(expand_v=2)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -42,6 +42,11 @@ def build_layer(letter, dims, num_heads=1, hidden_rate=4, key_norm=False,
 
 LAYER_NAMES = {'L': 'WKV linear', 'S': 'global softmax',
                'G': 'bidirectional Gated DeltaNet', 'W': 'sliding-window attention'}
+# the arguments of build_layer each letter reads (layer_cfg may set only these)
+LAYER_ARGS = {'L': {'hidden_rate', 'key_norm'},
+              'S': {'num_heads', 'qkv_bias', 'history', 'mlp_ratio'},
+              'G': {'num_heads', 'expand_v', 'conv_size', 'mlp_ratio'},
+              'W': {'num_heads', 'window_size', 'qkv_bias', 'mlp_ratio'}}
 
 # Table 7 as printed: widths per stage (S and B are Swin-T's and Swin-B's), schedules
 # and HSB routes. Our counts against the paper's, and the readings checked for T's
@@ -167,6 +172,12 @@ class SoLAVision(PyramidBackbone):
             raise ValueError(f'layer_cfg has unknown layer letters '
                              f'{sorted(set(layer_cfg) - set(LAYER_NAMES))}; use '
                              f'{sorted(LAYER_NAMES)}')
+        for letter, cfg in layer_cfg.items():
+            if set(cfg) - LAYER_ARGS[letter]:
+                raise ValueError(
+                    f'layer_cfg[{letter!r}] has {sorted(set(cfg) - LAYER_ARGS[letter])},'
+                    f' which {LAYER_NAMES[letter]} layers do not take; they take '
+                    f'{sorted(LAYER_ARGS[letter])}')
         super().__init__(len(stages), frozen_stages, norm_eval, with_cp, init_cfg,
                          out_indices, pretrained)
         self.embed_dims = embed_dims
