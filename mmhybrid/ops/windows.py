@@ -21,7 +21,11 @@ def roll(x, shifts, dims):
     computations in an exported graph (``torch.roll`` freezes them)."""
     for shift, dim in zip(shifts, dims):
         size = x.shape[dim]
-        index = (torch.arange(size, device=x.device) - shift) % size
+        # the wrap in size arithmetic: the dynamo ONNX exporter takes no tensor
+        # `%` or `*` by a symbolic size
+        split = size - shift % size
+        index = torch.cat([torch.arange(split, size, device=x.device),
+                           torch.arange(0, split, device=x.device)])
         x = x.index_select(dim, index)
     return x
 
@@ -120,4 +124,8 @@ def window_attention(q, k, v, num_heads, mask=None, bias=None, dropout_p=0.,
         out = F.scaled_dot_product_attention(heads(q), heads(k), heads(v),
                                              attn_mask=attn_mask,
                                              dropout_p=dropout_p, scale=scale)
-    return out.transpose(1, 2).reshape(B, nW, L, C)
+    out = out.transpose(1, 2)
+    if is_tracing():  # a copy the graph keeps: the dynamo ONNX exporter's SDPA
+        out = out.clone(memory_format=torch.contiguous_format)  # decomposition
+        # returns other strides than eager's
+    return out.reshape(B, nW, L, C)

@@ -36,11 +36,7 @@ SHAPE = (96, 128)  # export size (3 x 4 tokens at stride 32); checks at three ot
 TOL = 1e-4
 
 # (case, check) -> the cause, for cells that fail (checked 2026-11-24)
-KNOWN = {
-    ('infinitevl', 'torch-export'): 'under investigation: the traced delta rule and '
-    'halo hold at every size alone (test_traced_op_forms...), the whole InfiniteVL '
-    'program not yet',
-}
+KNOWN = {}
 SAMPLE = {'sola-min', 'infvit-linear', 'havit'}
 
 
