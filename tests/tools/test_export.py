@@ -5,31 +5,19 @@ other than the export size (tools/deploy/export.py does the same for users).
 The default run exports a sample; ``-m slow`` runs every family and attention plan.
 Cells that fail for a cause outside the ops are strict xfails naming the cause.
 """
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / 'tools' / 'deploy'))
-from cases import NAMES, build_case  # noqa: E402
+from tests._deploy_tool import load_export_tool
+
+from cases import NAMES, build_case  # noqa: E402  (tools/deploy, on the path now)
 from checks import compile_check  # noqa: E402
 
-
-def _load_tool():
-    spec = importlib.util.spec_from_file_location('_deploy_export',
-                                                  ROOT / 'tools/deploy/export.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-export = _load_tool()
+export = load_export_tool()
 onnx = pytest.importorskip('onnxruntime')
 
 SHAPE = (96, 128)  # export size (3 x 4 tokens at stride 32); checks at three others

@@ -2,30 +2,21 @@
 config (backbone swapped for the tiny SoLA of tools/deploy/cases.py, FPN and RPN
 as configured) from images to the FPN maps and the RPN's raw scores and box deltas,
 checked in onnxruntime against eager at three sizes other than the export size."""
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests._deploy_tool import load_export_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / 'configs/sola/mask-rcnn_sola-t_fpn_1x_coco.py'
 pytest.importorskip('onnxruntime')
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location('_deploy_export_det',
-                                                  ROOT / 'tools/deploy/export.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_mask_rcnn_rpn_dynamic_onnx(tmp_path, capsys):
-    sys.path.insert(0, str(ROOT / 'tools' / 'deploy'))
+    export = load_export_tool()
     from cases import CASES
-    export = _tool()
     backbone = dict(CASES['sola-min'], _delete_=True)
     model = export.build(str(CONFIG), part='detector', cfg_options={
         'model.backbone': backbone, 'model.neck.in_channels': [16, 16, 32, 32],
@@ -42,5 +33,5 @@ def test_mask_rcnn_rpn_dynamic_onnx(tmp_path, capsys):
 
 def test_detector_part_needs_a_two_stage_detector():
     with pytest.raises(SystemExit, match='two-stage'):
-        _tool().build(str(ROOT / 'configs/sola/upernet_sola-t_ade20k.py'),
+        load_export_tool().build(str(ROOT / 'configs/sola/upernet_sola-t_ade20k.py'),
                       part='detector')
