@@ -288,7 +288,7 @@ def _without_autocast(method):
     (the inputs are already fp32/fp64)."""
     @functools.wraps(method)
     def wrapper(ctx, first, *args):
-        with torch.autocast(first.device.type, enabled=False):
+        with no_autocast(first.device.type):
             return method(ctx, first, *args)
     return wrapper
 

@@ -3,6 +3,7 @@ import torch
 
 from ..dispatch import fused_module, triton_or_torch
 from ..heads import check_heads, head_matmul
+from ..tracing import no_autocast
 
 
 def effatt_backend(q, k, v, backend=None):
@@ -44,6 +45,6 @@ def torch_effatt(q, k, v):
     """
     # Under autocast the softmaxes would write float32 and the products copy them
     # back to half; q, k, v already come in the autocast dtype.
-    with torch.autocast(q.device.type, enabled=False):
+    with no_autocast(q.device.type):
         context = head_matmul(k.softmax(dim=-2).transpose(-2, -1), v)  # (B, h, d, dv)
         return q.softmax(dim=-1) @ context

@@ -28,7 +28,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..heads import head_matmul
-from ..tracing import is_tracing
+from ..tracing import is_tracing, no_autocast
 
 
 def _matmul(a, b, dtype):
@@ -65,7 +65,7 @@ def _scores(q, keys, eps):
 def _context(q, k, v, eps):
     """The context (B, H, 1, dv) in the dtype of ``v`` and what the backward keeps."""
     # autocast would run the float32 reductions in half precision
-    with torch.autocast(q.device.type, enabled=False):
+    with no_autocast(q.device.type):
         energy, energy_norm, central, scores = _scores(q, q if k is None else k, eps)
         score_norm = scores.sum(-1, keepdim=True) + eps
         context = _weighted_sum(scores, v) / score_norm
