@@ -1,10 +1,5 @@
 """Export an mmhybrid backbone or a whole mmseg segmentor, then check it against eager.
 
-    python tools/deploy/export.py CONFIG_OR_BACKBONE [CHECKPOINT] \\
-        --format onnx|torch-export --shape H W [--part backbone|segmentor|detector] \\
-        [--exporter torchscript|dynamo] [--static] [--check-shapes H W ...] \\
-        [--out FILE] [--cfg-options KEY=VALUE ...]
-
 CONFIG_OR_BACKBONE is a config file (mmseg, mmdet or mmpretrain; ``--part`` picks its
 backbone or, for an mmseg ``EncoderDecoder``, the whole inference graph up to the
 raw logits, or for an mmdet two-stage detector, backbone + neck + RPN head up to
@@ -33,6 +28,7 @@ import time
 
 import torch
 import torch.nn as nn
+from mmengine.utils import to_2tuple
 
 FORMATS = ('onnx', 'torch-export')
 EXPORTERS = ('torchscript', 'dynamo')
@@ -45,8 +41,7 @@ class ExportableAdaptiveAvgPool2d(nn.Module):
 
     def __init__(self, output_size):
         super().__init__()
-        size = output_size
-        self.output_size = (size, size) if isinstance(size, int) else tuple(size)
+        self.output_size = to_2tuple(output_size)
 
     @staticmethod
     def _bins(n, size, like):
@@ -59,9 +54,7 @@ class ExportableAdaptiveAvgPool2d(nn.Module):
     def forward(self, x):
         H, W = x.shape[-2:]
         nh, nw = (s if n is None else n for n, s in zip(self.output_size, (H, W)))
-        ph = self._bins(nh, H, x)
-        pw = self._bins(nw, W, x)
-        return torch.matmul(torch.matmul(ph, x), pw.transpose(0, 1))
+        return self._bins(nh, H, x) @ x @ self._bins(nw, W, x).T
 
 
 def make_exportable(model):
