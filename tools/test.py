@@ -1,8 +1,5 @@
 """Evaluate a checkpoint with any mmseg, mmdet or mmpretrain config.
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out PATH]
-        [--show-dir DIR] [--tta] [--amp] [--cfg-options ...]
-
 ``--out``, ``--show-dir`` and ``--tta`` mean what they mean in the config's own
 package (:func:`_common.apply_test_options`). CHECKPOINT is your own file, read
 trusted (``mmhybrid.utils.trusted_path``: Python objects in it are unpickled).

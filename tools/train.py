@@ -1,8 +1,5 @@
 """Train from any mmseg, mmdet or mmpretrain config (upstream's tools/train.py).
 
-    python tools/train.py configs/sola/upernet_sola-t_ade20k.py \
-        [--work-dir DIR] [--resume [CKPT]] [--amp] [--cfg-options k=v ...]
-
 ``--cfg-options data_root=PATH`` moves every dataloader and evaluator to PATH.
 ``--resume`` reads your own checkpoint trusted (it may hold Python objects, e.g.
 when written by mmengine's own CheckpointHook); without a path it takes the

@@ -179,18 +179,14 @@ def export_onnx(model, x, path, exporter='torchscript', static=False):
         n_out = len(_as_tuple(model(x)))
     names = [f'out{i}' for i in range(n_out)]
     if exporter == 'dynamo':
-        dynamic = None if static else (_dims(), )
-        torch.onnx.export(model, (x, ), path, dynamo=True, opset_version=OPSET,
-                          input_names=['input'], output_names=names,
-                          dynamic_shapes=dynamic, optimize=True,
-                          external_data=False)
+        kwargs = dict(dynamic_shapes=None if static else (_dims(), ), optimize=True,
+                      external_data=False)
     else:
-        axes = None if static else {
-            n: {0: 'batch', 2: f'{n}_height', 3: f'{n}_width'}
-            for n in ['input'] + names}
-        torch.onnx.export(model, (x, ), path, dynamo=False, opset_version=OPSET,
-                          input_names=['input'], output_names=names,
-                          dynamic_axes=axes)
+        kwargs = dict(dynamic_axes=None if static else {
+            n: {0: 'batch', 2: f'{n}_height', 3: f'{n}_width'} for n in ['input'] + names})
+    torch.onnx.export(model, (x, ), path, dynamo=exporter == 'dynamo',
+                      opset_version=OPSET, input_names=['input'], output_names=names,
+                      **kwargs)
     return path
 
 
@@ -228,12 +224,7 @@ def onnx_runner(path, threads=1):
 
 def program_runner(program):
     module = program.module()
-
-    def run(x):
-        with torch.no_grad():
-            return _as_tuple(module(x))
-
-    return run
+    return torch.no_grad()(lambda x: _as_tuple(module(x)))
 
 
 def relative_error(outs, refs):
@@ -270,8 +261,7 @@ def default_check_shapes(shape, stride=32):
     """Three sizes other than ``shape`` on the ``stride`` grid, none smaller (a
     torch.export program may hold from its export size up only: see
     docs/deploy.md)."""
-    H, W = shape
-    s = stride
+    (H, W), s = shape, stride
     return [(H + s, W + 2 * s), (H + 2 * s, W + s), (H + 3 * s, W)]
 
 
@@ -287,8 +277,7 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
     x = torch.randn(batch, 3, *shape)
     start = time.perf_counter()
     if fmt == 'onnx':
-        export_onnx(model, x, path, exporter, static)
-        run = onnx_runner(path)
+        run = onnx_runner(export_onnx(model, x, path, exporter, static))
     else:
         program = export_program(model, x, path, static)
         run = program_runner(program)
