@@ -44,20 +44,14 @@ def run_one(args):
     x = torch.randn(1, 3, *args.shape)
     base = _rss_mib()
     start = time.perf_counter()
-    if args.runtime == 'eager':
-        def step():
-            with torch.inference_mode():
-                return model(x)
-    elif args.runtime == 'compile':
-        compiled = torch.compile(model)
-
-        def step():
-            with torch.no_grad():
-                return compiled(x)
-    else:
+    if args.runtime == 'onnxruntime':
         path = osp.join(tempfile.mkdtemp(), 'model.onnx')
-        export_onnx(model, x, path, 'torchscript')
-        step = (lambda run: lambda: run(x))(onnx_runner(path, threads=1))
+        run = onnx_runner(export_onnx(model, x, path, 'torchscript'), threads=1)
+        step = lambda: run(x)  # noqa: E731
+    else:
+        fn = model if args.runtime == 'eager' else torch.compile(model)
+        no_grad = torch.inference_mode if args.runtime == 'eager' else torch.no_grad
+        step = no_grad()(lambda: fn(x))
     out = step()
     setup = time.perf_counter() - start
     with torch.inference_mode():
