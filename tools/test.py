@@ -6,8 +6,6 @@ trusted (``mmhybrid.utils.trusted_path``: Python objects in it are unpickled).
 """
 import argparse
 
-from mmengine.config import DictAction
-
 import mmhybrid  # noqa: F401  registers our models
 from _common import (ConfigError, apply_test_options, build_runner,
                      check_checkpoint_paths, check_data, load_config,
@@ -19,7 +17,6 @@ def parse_args():
     parser = argparse.ArgumentParser(description='Test (and eval) a model')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file (trusted)')
-    parser.add_argument('--work-dir', help='where metrics and logs go')
     parser.add_argument('--out', help='mmseg: directory for predicted label PNGs; '
                         'mmdet / mmpretrain: .pkl file for the predictions')
     parser.add_argument('--show-dir', help='save images painted with the predictions '
@@ -27,8 +24,6 @@ def parse_args():
     parser.add_argument('--tta', action='store_true', help="test-time augmentation (the "
                         "config's tta_pipeline/tta_model, or flip TTA for mmdet/mmpretrain)")
     parser.add_argument('--amp', action='store_true', help='test with fp16/bf16 autocast')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config entries, e.g. data_root=data/ade')
     return parse_with_launcher(parser)
 
 
