@@ -9,7 +9,7 @@ import difflib
 import os
 import os.path as osp
 
-from mmengine.config import Config, ConfigDict
+from mmengine.config import Config, ConfigDict, DictAction
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
@@ -35,8 +35,12 @@ def _replace(value, old, new):
 
 
 def parse_with_launcher(parser):
-    """Add mmengine's ``--launcher`` / ``--local-rank`` to ``parser`` and parse;
-    ``LOCAL_RANK`` is set as the upstream tools set it."""
+    """Add ``--work-dir``, ``--cfg-options`` and mmengine's ``--launcher`` /
+    ``--local-rank`` to ``parser`` and parse; ``LOCAL_RANK`` is set as the upstream
+    tools set it."""
+    parser.add_argument('--work-dir', help='where logs, checkpoints and metrics go')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override '
+                        'config entries, e.g. data_root=data/ade train_dataloader.batch_size=4')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)

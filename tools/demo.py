@@ -1,8 +1,5 @@
 """Demo: SoLA-T learns toy segmentation and detection on the CPU in minutes.
 
-    python tools/demo.py [--out work_dirs/demo] [--seg-iters N] [--det-epochs N]
-                         [--threads N] [--only-first]
-
 Writes the toy ADE20K / COCO sets under data/toy if missing; trains every model
 of SEG_MODELS (configs/sola/demo/) from scratch on toy ADE20K for the same
 iterations and prints their mIoU beside the chance level (SoLA-T's prediction

@@ -1,7 +1,5 @@
 """Write the toy ADE20K, COCO and ImageNet sets (deterministic) used by the demo.
 
-    python tools/make_toy_data.py [--out data/toy] [--which ade coco imagenet]
-
 Layouts are the real ones, so any config reads them with
 ``--cfg-options data_root=data/toy/ade`` (or ``coco``, ``imagenet``).
 """

@@ -1,15 +1,10 @@
 """Evaluate a checkpoint with any mmseg, mmdet or mmpretrain config.
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out PATH]
-        [--show-dir DIR] [--tta] [--amp] [--cfg-options ...]
-
 ``--out``, ``--show-dir`` and ``--tta`` mean what they mean in the config's own
 package (:func:`_common.apply_test_options`). CHECKPOINT is your own file, read
 trusted (``mmhybrid.utils.trusted_path``: Python objects in it are unpickled).
 """
 import argparse
-
-from mmengine.config import DictAction
 
 import mmhybrid  # noqa: F401  registers our models
 from _common import (ConfigError, apply_test_options, build_runner,
@@ -22,7 +17,6 @@ def parse_args():
     parser = argparse.ArgumentParser(description='Test (and eval) a model')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file (trusted)')
-    parser.add_argument('--work-dir', help='where metrics and logs go')
     parser.add_argument('--out', help='mmseg: directory for predicted label PNGs; '
                         'mmdet / mmpretrain: .pkl file for the predictions')
     parser.add_argument('--show-dir', help='save images painted with the predictions '
@@ -30,8 +24,6 @@ def parse_args():
     parser.add_argument('--tta', action='store_true', help="test-time augmentation (the "
                         "config's tta_pipeline/tta_model, or flip TTA for mmdet/mmpretrain)")
     parser.add_argument('--amp', action='store_true', help='test with fp16/bf16 autocast')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config entries, e.g. data_root=data/ade')
     return parse_with_launcher(parser)
 
 

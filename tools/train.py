@@ -1,8 +1,5 @@
 """Train from any mmseg, mmdet or mmpretrain config (upstream's tools/train.py).
 
-    python tools/train.py configs/sola/upernet_sola-t_ade20k.py \
-        [--work-dir DIR] [--resume [CKPT]] [--amp] [--cfg-options k=v ...]
-
 ``--cfg-options data_root=PATH`` moves every dataloader and evaluator to PATH.
 ``--resume`` reads your own checkpoint trusted (it may hold Python objects, e.g.
 when written by mmengine's own CheckpointHook); without a path it takes the
@@ -11,7 +8,6 @@ newest intact checkpoint of the work dir (``mmhybrid.utils.find_latest_checkpoin
 import argparse
 import os
 
-from mmengine.config import DictAction
 from mmengine.device import get_device
 
 import mmhybrid  # noqa: F401  registers our models
@@ -23,15 +19,12 @@ from mmhybrid.utils import find_latest_checkpoint, trusted_path
 def parse_args():
     parser = argparse.ArgumentParser(description='Train a model')
     parser.add_argument('config', help='train config file path')
-    parser.add_argument('--work-dir', help='where logs and checkpoints go')
     parser.add_argument('--resume', nargs='?', const='auto', help='resume from this '
                         'checkpoint, or (no path) from the latest one in the work dir')
     parser.add_argument('--amp', action='store_true',
                         help='automatic mixed precision (AmpOptimWrapper, dynamic loss scale)')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale the learning rate by the actual total batch size')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override '
-                        'config entries, e.g. data_root=data/ade train_dataloader.batch_size=4')
     return parse_with_launcher(parser)
 
 

@@ -30,18 +30,14 @@ class Complexity:
         self.model = model
         self.flops = count_flops(model, *inputs, **kwargs)
         self._names = {id(m): name for name, m in model.named_modules()}
-        self._param_names = {id(p): name for name, p in model.named_parameters()}
 
     def params(self, part=None):
         """Parameters of the whole model, of a module, or of a list of modules and
         parameters (each tensor once)."""
         parts = [self.model] if part is None else (
             part if isinstance(part, (list, tuple)) else [part])
-        seen = {}
-        for p in parts:
-            tensors = [p] if isinstance(p, nn.Parameter) else p.parameters()
-            for t in tensors:
-                seen[id(t)] = t.numel()
+        seen = {id(t): t.numel() for p in parts
+                for t in ([p] if isinstance(p, nn.Parameter) else p.parameters())}
         return sum(seen.values())
 
     def kinds(self, part=None):

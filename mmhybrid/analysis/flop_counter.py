@@ -158,9 +158,8 @@ class FlopCounter(TorchDispatchMode):
         return super().__enter__()
 
     def __exit__(self, *exc):
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        while self._handles:
+            self._handles.pop().remove()
         self._attention.__exit__(*exc)
         return super().__exit__(*exc)
 
@@ -191,9 +190,8 @@ class FlopCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        rule = ATEN_RULES.get(func.overloadpacket)
-        if rule is not None:
-            kind, count = rule
+        if func.overloadpacket in ATEN_RULES:
+            kind, count = ATEN_RULES[func.overloadpacket]
             self._add(kind, count(*args, out=out))
         return out
 

@@ -22,7 +22,6 @@ Written against Triton 3.8 (it uses ``JITFunction._pack_args``). Command line:
 """
 import argparse
 import contextlib
-import csv
 import dataclasses
 import hashlib
 import io
@@ -35,6 +34,8 @@ import tempfile
 from collections import Counter
 
 import torch
+
+from ..utils.results import write_csv
 
 # per-block shared-memory limits (opt-in maximum, bytes)
 TARGETS = {'A100': (80, 166_912), 'H100': (90, 232_448)}
@@ -231,11 +232,7 @@ def main(argv=None):
         print(' '.join(f'{str(row[c])[:24]:>12}' for c in COLUMNS),
               '; '.join(problems(row)), flush=True)
     if args.csv:
-        with open(args.csv, 'w', newline='') as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS + ('constexprs', ),
-                                    extrasaction='ignore')
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(rows, args.csv, COLUMNS + ('constexprs', ))
     bad = [row for row in rows if problems(row)]
     print(f'{len(rows)} compiled kernels, {len(bad)} with problems '
           f'(SASS counts are static instructions from cuobjdump -sass)')

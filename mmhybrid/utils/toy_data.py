@@ -25,13 +25,10 @@ ADE_NAMES = {'background': ('wall', 'floor'),
 COCO_NAMES = ('sports ball', 'book', 'kite', 'frisbee')
 # the first four ImageNet-1K classes (label index = position)
 IMAGENET_WNIDS = ('n01440764', 'n01443537', 'n01484850', 'n01491361')
-# COCO 2017 category ids of the 80 classes, in mmdet's class order
-COCO_CATEGORY_IDS = (
-    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
-    23, 24, 25, 27, 28, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44,
-    46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64,
-    65, 67, 70, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 84, 85, 86, 87, 88,
-    89, 90)
+# COCO 2017 category ids of the 80 classes, in mmdet's class order: 1-90 less the
+# ten ids no released COCO annotation uses
+COCO_CATEGORY_IDS = tuple(i for i in range(1, 91)
+                          if i not in (12, 26, 29, 30, 45, 66, 68, 69, 71, 83))
 
 _SHAPE_COLOURS = ((60, 60, 210), (70, 180, 70), (200, 90, 40), (40, 200, 220))
 

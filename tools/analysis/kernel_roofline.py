@@ -1,7 +1,5 @@
 """Estimated roofline of the Triton kernels on A100 and H100, from their compiled code.
 
-    python tools/analysis/kernel_roofline.py [--out work_dirs/kernel_roofline]
-
 No GPU is needed: every launch of an op (forward + backward) at SoLA / ELFATT /
 InfViT stage shapes is recorded from its wrapper and compiled for sm_80 and sm_90
 (:mod:`mmhybrid.ops.compile_check`). Per kernel, the larger of two **estimated**

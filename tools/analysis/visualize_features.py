@@ -1,10 +1,5 @@
 """Save PNGs of a backbone's stage feature maps and effective receptive fields.
 
-    python tools/analysis/visualize_features.py CONFIG [--checkpoint CKPT]
-    python tools/analysis/visualize_features.py --backbone SoLAVision --arch t
-    python tools/analysis/visualize_features.py --backbone mmseg.ResNet \
-        --options depth=50 out_indices=0,1,2,3
-
 The backbone is ``model.backbone`` of an mmseg/mmdet/mmpretrain CONFIG, or a
 registered name (``mmhybrid`` models by their plain name, others as
 ``scope.Name``). Images are ``--image`` paths, or ``--num-images`` generated

@@ -1,8 +1,5 @@
 """Eager PyTorch vs torch.compile vs onnxruntime on the CPU, one thread, one run.
 
-    OMP_NUM_THREADS=1 python tools/deploy/benchmark.py CONFIG_OR_BACKBONE \\
-        [--shape H W] [--repeat N] [--part backbone|segmentor] [--cfg-options ...]
-
 Each runtime runs in its own process (its own peak memory): the model is built as
 ``tools/deploy/export.py`` builds it, a (1, 3, H, W) input is run once to warm up
 (for torch.compile that call compiles; for onnxruntime the model is first exported
@@ -41,33 +38,25 @@ def _rss_mib():
 def run_one(args):
     """One runtime in this process; returns a result dict."""
     sys.path.insert(0, HERE)
-    from export import build, export_onnx, onnx_runner, relative_error
+    from export import _as_tuple, build, export_onnx, onnx_runner, relative_error
     torch.set_num_threads(1)
     model = build(args.model, args.checkpoint, args.part, args.cfg_options)
     x = torch.randn(1, 3, *args.shape)
     base = _rss_mib()
     start = time.perf_counter()
-    if args.runtime == 'eager':
-        def step():
-            with torch.inference_mode():
-                return model(x)
-    elif args.runtime == 'compile':
-        compiled = torch.compile(model)
-
-        def step():
-            with torch.no_grad():
-                return compiled(x)
-    else:
+    if args.runtime == 'onnxruntime':
         path = osp.join(tempfile.mkdtemp(), 'model.onnx')
-        export_onnx(model, x, path, 'torchscript')
-        step = (lambda run: lambda: run(x))(onnx_runner(path, threads=1))
+        run = onnx_runner(export_onnx(model, x, path, 'torchscript'), threads=1)
+        step = lambda: run(x)  # noqa: E731
+    else:
+        fn = model if args.runtime == 'eager' else torch.compile(model)
+        no_grad = torch.inference_mode if args.runtime == 'eager' else torch.no_grad
+        step = no_grad()(lambda: fn(x))
     out = step()
     setup = time.perf_counter() - start
     with torch.inference_mode():
         ref = model(x)
-    err = relative_error([torch.as_tensor(o) for o in
-                          (out if isinstance(out, (tuple, list)) else [out])],
-                         ref if isinstance(ref, (tuple, list)) else [ref])
+    err = relative_error([torch.as_tensor(o) for o in _as_tuple(out)], _as_tuple(ref))
     times = []
     for _ in range(args.repeat):
         start = time.perf_counter()
@@ -128,17 +117,13 @@ def whole_image(args):
 
 
 def report_whole_image(rows, out):
-    import csv
-
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    os.makedirs(osp.dirname(out) or '.', exist_ok=True)
-    keys = ['model', 'mode', 'size', 'time_s', 'peak_mib', 'extra_mib', 'error']
-    with open(out + '.csv', 'w', newline='') as f:
-        writer = csv.DictWriter(f, keys)
-        writer.writeheader()
-        writer.writerows(rows)
+
+    from mmhybrid.utils.results import write_csv
+    write_csv(rows, out + '.csv',
+              ['model', 'mode', 'size', 'time_s', 'peak_mib', 'extra_mib', 'error'])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for (model, mode) in dict.fromkeys((r['model'], r['mode']) for r in rows):
         done = [r for r in rows if (r['model'], r['mode']) == (model, mode)]

@@ -9,6 +9,8 @@ in eval mode.
 SOLA_ROUTES = (((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2)))
 DIMS = (16, 16, 32, 32)
 VIT = dict(embed_dims=32, depth=3, num_heads=4, mlp_ratio=2.)
+HAVIT = dict(type='mmhybrid.HAViT', arch=VIT, img_size=32, patch_size=8,
+             drop_path_rate=0., out_type='featmap')
 
 CASES = {
     # the smallest SoLA with every part (WKV, softmax, a Hidden State Bridge)
@@ -24,19 +26,12 @@ CASES = {
     'infinitevl': dict(type='mmhybrid.InfiniteVLVision', head_dim=8, window_size=3,
                        drop_path_rate=0.,
                        arch=dict(embed_dims=DIMS, schedule='WG/GG/WGGGWG/GG')),
-    'infvit-pure': dict(type='mmhybrid.InfViT', img_size=64, drop_path_rate=0.,
-                        out_indices=(0, 1, 2, 3),
-                        arch=dict(embed_dims=32, depth=4, num_heads=4, mlp_ratio=2.,
-                                  attn_types='P')),
-    'infvit-linear': dict(type='mmhybrid.InfViT', img_size=64, drop_path_rate=0.,
-                          out_indices=(0, 1, 2, 3),
-                          arch=dict(embed_dims=32, depth=4, num_heads=4,
-                                    mlp_ratio=2., attn_types='L')),
-    'havit': dict(type='mmhybrid.HAViT', arch=VIT, img_size=32, patch_size=8,
-                  drop_path_rate=0., out_type='featmap'),
-    'havit-zero': dict(type='mmhybrid.HAViT', arch=VIT, img_size=32, patch_size=8,
-                       drop_path_rate=0., out_type='featmap',
-                       history=dict(alpha=0.45, init='zero')),
+    **{f'infvit-{name}': dict(type='mmhybrid.InfViT', img_size=64, drop_path_rate=0.,
+                              out_indices=(0, 1, 2, 3),
+                              arch=dict(VIT, depth=4, attn_types=name[0].upper()))
+       for name in ('pure', 'linear')},
+    'havit': HAVIT,
+    'havit-zero': dict(HAVIT, history=dict(alpha=0.45, init='zero')),
 }
 for _plan in ('elfatt', 'local', 'global', 'effatt'):
     CASES[f'swin-{_plan}'] = dict(

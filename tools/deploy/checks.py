@@ -1,9 +1,6 @@
 """torch.compile checks shared by the deploy table and the tests."""
 import torch
-
-
-def _flat(out):
-    return tuple(out) if isinstance(out, (tuple, list)) else (out, )
+from export import _as_tuple, relative_error
 
 
 def compile_check(model, x, backward=False, backend='inductor'):
@@ -24,7 +21,7 @@ def compile_check(model, x, backward=False, backend='inductor'):
         model.zero_grad(set_to_none=True)
         inp = x.clone().requires_grad_(backward)
         with torch.set_grad_enabled(backward):
-            outs = _flat(fn(inp))
+            outs = _as_tuple(fn(inp))
             if backward:
                 if weights is None:
                     gen = torch.Generator().manual_seed(0)
@@ -36,8 +33,4 @@ def compile_check(model, x, backward=False, backend='inductor'):
             tensors += [p.grad for p in model.parameters() if p.grad is not None]
         results.append(tensors)
     torch._dynamo.reset()
-    ref, got = results
-    if len(ref) != len(got):
-        raise RuntimeError(f'{len(got)} compiled results, eager has {len(ref)}')
-    return max(((g - r).abs().max() / r.abs().max().clamp_min(1e-12)).item()
-               for g, r in zip(got, ref))
+    return relative_error(results[1], results[0])

@@ -1,10 +1,5 @@
 """Export an mmhybrid backbone or a whole mmseg segmentor, then check it against eager.
 
-    python tools/deploy/export.py CONFIG_OR_BACKBONE [CHECKPOINT] \\
-        --format onnx|torch-export --shape H W [--part backbone|segmentor|detector] \\
-        [--exporter torchscript|dynamo] [--static] [--check-shapes H W ...] \\
-        [--out FILE] [--cfg-options KEY=VALUE ...]
-
 CONFIG_OR_BACKBONE is a config file (mmseg, mmdet or mmpretrain; ``--part`` picks its
 backbone or, for an mmseg ``EncoderDecoder``, the whole inference graph up to the
 raw logits, or for an mmdet two-stage detector, backbone + neck + RPN head up to
@@ -33,6 +28,7 @@ import time
 
 import torch
 import torch.nn as nn
+from mmengine.utils import to_2tuple
 
 FORMATS = ('onnx', 'torch-export')
 EXPORTERS = ('torchscript', 'dynamo')
@@ -45,8 +41,7 @@ class ExportableAdaptiveAvgPool2d(nn.Module):
 
     def __init__(self, output_size):
         super().__init__()
-        size = output_size
-        self.output_size = (size, size) if isinstance(size, int) else tuple(size)
+        self.output_size = to_2tuple(output_size)
 
     @staticmethod
     def _bins(n, size, like):
@@ -59,9 +54,7 @@ class ExportableAdaptiveAvgPool2d(nn.Module):
     def forward(self, x):
         H, W = x.shape[-2:]
         nh, nw = (s if n is None else n for n, s in zip(self.output_size, (H, W)))
-        ph = self._bins(nh, H, x)
-        pw = self._bins(nw, W, x)
-        return torch.matmul(torch.matmul(ph, x), pw.transpose(0, 1))
+        return self._bins(nh, H, x) @ x @ self._bins(nw, W, x).T
 
 
 def make_exportable(model):
@@ -186,18 +179,14 @@ def export_onnx(model, x, path, exporter='torchscript', static=False):
         n_out = len(_as_tuple(model(x)))
     names = [f'out{i}' for i in range(n_out)]
     if exporter == 'dynamo':
-        dynamic = None if static else (_dims(), )
-        torch.onnx.export(model, (x, ), path, dynamo=True, opset_version=OPSET,
-                          input_names=['input'], output_names=names,
-                          dynamic_shapes=dynamic, optimize=True,
-                          external_data=False)
+        kwargs = dict(dynamic_shapes=None if static else (_dims(), ), optimize=True,
+                      external_data=False)
     else:
-        axes = None if static else {
-            n: {0: 'batch', 2: f'{n}_height', 3: f'{n}_width'}
-            for n in ['input'] + names}
-        torch.onnx.export(model, (x, ), path, dynamo=False, opset_version=OPSET,
-                          input_names=['input'], output_names=names,
-                          dynamic_axes=axes)
+        kwargs = dict(dynamic_axes=None if static else {
+            n: {0: 'batch', 2: f'{n}_height', 3: f'{n}_width'} for n in ['input'] + names})
+    torch.onnx.export(model, (x, ), path, dynamo=exporter == 'dynamo',
+                      opset_version=OPSET, input_names=['input'], output_names=names,
+                      **kwargs)
     return path
 
 
@@ -235,12 +224,7 @@ def onnx_runner(path, threads=1):
 
 def program_runner(program):
     module = program.module()
-
-    def run(x):
-        with torch.no_grad():
-            return _as_tuple(module(x))
-
-    return run
+    return torch.no_grad()(lambda x: _as_tuple(module(x)))
 
 
 def relative_error(outs, refs):
@@ -277,8 +261,7 @@ def default_check_shapes(shape, stride=32):
     """Three sizes other than ``shape`` on the ``stride`` grid, none smaller (a
     torch.export program may hold from its export size up only: see
     docs/deploy.md)."""
-    H, W = shape
-    s = stride
+    (H, W), s = shape, stride
     return [(H + s, W + 2 * s), (H + 2 * s, W + s), (H + 3 * s, W)]
 
 
@@ -294,8 +277,7 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
     x = torch.randn(batch, 3, *shape)
     start = time.perf_counter()
     if fmt == 'onnx':
-        export_onnx(model, x, path, exporter, static)
-        run = onnx_runner(path)
+        run = onnx_runner(export_onnx(model, x, path, exporter, static))
     else:
         program = export_program(model, x, path, static)
         run = program_runner(program)

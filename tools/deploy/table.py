@@ -2,9 +2,6 @@
 exporter) + onnxruntime, ONNX (dynamo exporter) + onnxruntime, torch.export,
 torch.compile(fullgraph) forward + backward}.
 
-    OMP_NUM_THREADS=1 python tools/deploy/table.py [--cases NAME ...] \\
-        [--shape H W] [--backend inductor|aot_eager] [--out FILE.md]
-
 Exports have dynamic batch, H and W, are made at ``--shape`` and checked at three
 other sizes (``tools/deploy/export.py``); a cell gives the worst relative error or
 the reason for failing (refusals included). The compile cell compares outputs and
@@ -42,6 +39,11 @@ def _cell(ok, lines):
     return 'wrong: ' + (fails[0][:80] if fails else '?')
 
 
+def _fails(err):
+    first = str(err).splitlines()[0][:80] if str(err) else ''
+    return f'fails: {type(err).__name__}: {first}'
+
+
 def row(name, shape, backend, tmp):
     cells = []
     for fmt, exporter in (('onnx', 'torchscript'), ('onnx', 'dynamo'),
@@ -52,14 +54,12 @@ def row(name, shape, backend, tmp):
                                          exporter or 'torchscript')
             cells.append(_cell(ok, lines))
         except Exception as err:
-            cells.append(f'fails: {type(err).__name__}: '
-                         f'{str(err).splitlines()[0][:80] if str(err) else ""}')
+            cells.append(_fails(err))
     try:
         err = compile_check(build_case(name), torch.randn(2, 3, *shape), True, backend)
         cells.append(f'ok {err:.0e}' if err < 1e-4 else f'differs {err:.0e}')
     except Exception as err:
-        cells.append(f'fails: {type(err).__name__}: '
-                     f'{str(err).splitlines()[0][:80] if str(err) else ""}')
+        cells.append(_fails(err))
     return cells
 
 

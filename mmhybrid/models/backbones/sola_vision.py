@@ -119,7 +119,6 @@ class SoLAVision(PyramidBackbone):
         hsb_routes (sequence, optional): override the arch's HSB routes,
             ``((src_stage, src_layer), (dst_stage, dst_layer))`` 1-based, from an
             'L' or 'G' layer to a deeper 'S' layer.
-        with_hsb (bool): build and use the Hidden State Bridges.
         pretrain_img_size (int): image size the position embedding is stored for.
         head_dim (int): channels per head of the 'S', 'W' and 'G' layers.
         hidden_rate (float): channel-mix expansion of the WKV layers.
@@ -130,7 +129,6 @@ class SoLAVision(PyramidBackbone):
             layers, carried from one 'S' layer to the next within a stage (see
             :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
         drop_path_rate (float): stochastic depth, linearly increasing per layer.
-        layer_scale_init_value (float, optional): enables LayerScale.
         out_indices, frozen_stages, norm_eval, with_cp, pretrained, init_cfg: see
             :class:`BaseBackbone`.
         window_size (int | sequence[int]): odd window of the 'W' layers, one for
@@ -159,8 +157,8 @@ class SoLAVision(PyramidBackbone):
             raise ValueError(f'history (HAViT) needs softmax layers; schedule '
                              f'{"/".join(stages)} has no S')
         routes = [tuple(map(tuple, r)) for r in (arch.get('hsb_routes', ()) if
-                                                 hsb_routes is None else hsb_routes)]
-        routes = routes if with_hsb else []
+                                                 hsb_routes is None else hsb_routes)
+                  if with_hsb]
         check_routes(routes, stages)
         window_sizes = ((window_size, ) * len(stages) if isinstance(window_size, int)
                         else tuple(window_size))

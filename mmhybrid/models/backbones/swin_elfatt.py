@@ -22,8 +22,7 @@ class SwinELFATT(HierarchicalAttentionBackbone):
     """Swin with ELFATT / LOCAL / GLOBAL / EFFATT attention per stage.
 
     Args:
-        block_sizes (tuple[int]): ELFATT block per stage; 14x14 windows in
-            stages 1-3 (what Table 1-3's FLOPs of Swin-T/B-ELFATT imply).
+        block_sizes (tuple[int]): ELFATT block per stage.
         downsample (str, optional): patch merging between stages: ``'conv'``
             (3x3 stride-2 conv + LayerNorm, CSWin's merge block) or ``'linear'``
             (Swin's 2x2 concatenation + LayerNorm + linear, mmdet-compatible, the
@@ -65,9 +64,7 @@ class SwinELFATT(HierarchicalAttentionBackbone):
             self.patch_embed.norm = None
 
     def build_downsample(self, in_channels, out_channels, norm_cfg):
-        if self.downsample is None:
-            # the paper's ELFATT models merge with a 3x3/2 conv (Table 1);
-            # official Swin weights and the LOCAL/GLOBAL/EFFATT rows are linear
+        if self.downsample is None:  # see the class docstring
             elfatt = any('elfatt' in stage for stage in self.plan)
             self.downsample = ('conv' if elfatt and not self.convert_weights
                                else 'linear')

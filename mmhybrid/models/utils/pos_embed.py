@@ -8,6 +8,14 @@ import torch.nn.functional as F
 from mmhybrid.ops.tracing import is_tracing
 
 
+def _bicubic(values, src_hw, dst_hw):
+    """(Hs * Ws, C) values on a grid -> (Hd * Wd, C), bicubic with
+    ``align_corners=False`` (in at least float32)."""
+    grid = values.t().reshape(1, -1, *src_hw).float()
+    grid = F.interpolate(grid, size=tuple(dst_hw), mode='bicubic', align_corners=False)
+    return grid[0].flatten(1).t().to(values.dtype)
+
+
 def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens=0):
     """Bicubically resize a (1, extra + Hs*Ws, C) position embedding to ``dst_hw``.
 
@@ -19,14 +27,8 @@ def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens=0):
     """
     if tuple(src_hw) == tuple(dst_hw) and not is_tracing():
         return pos_embed
-    extra, grid = (pos_embed[:, :num_extra_tokens],
-                   pos_embed[:, num_extra_tokens:])
-    C = grid.shape[-1]
-    grid = grid.reshape(1, *src_hw, C).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid.float(), size=tuple(dst_hw), mode='bicubic',
-                         align_corners=False).to(pos_embed.dtype)
-    grid = grid.flatten(2).transpose(1, 2)
-    return torch.cat((extra, grid), dim=1)
+    grid = _bicubic(pos_embed[0, num_extra_tokens:], src_hw, dst_hw)
+    return torch.cat((pos_embed[:, :num_extra_tokens], grid[None]), dim=1)
 
 
 def square_grid(num_tokens):
@@ -54,8 +56,4 @@ def resize_rel_pos_bias_table(table, dst_window):
     src = square_grid(table.shape[0])
     if src == dst:
         return table
-    heads = table.shape[1]
-    grid = table.t().reshape(1, heads, *src)
-    grid = F.interpolate(grid.float(), size=dst, mode='bicubic',
-                         align_corners=False).to(table.dtype)
-    return grid.reshape(heads, -1).t().contiguous()
+    return _bicubic(table, src, dst).contiguous()

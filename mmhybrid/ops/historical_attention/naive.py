@@ -9,19 +9,9 @@ import torch.nn.functional as F
 
 def naive_historical_attention(q, k, v, history=None, alpha=0.45, scale=None,
                                dropout_p=0., return_history=True):
-    r"""Eq. 5-7: :math:`A = \alpha\,Q K^T s + (1 - \alpha) H`, ``softmax(A) V``.
-
-    Args:
-        q, k, v (Tensor): (B, heads, N, d) (``v`` may have its own last dim).
-        history (Tensor, optional): H, broadcastable to (B, heads, N, N); None
-            is the zero history.
-        alpha (float): weight of the current logits.
-        scale (float, optional): logit scale ``s``, default ``d ** -0.5``.
-        dropout_p (float): dropout on the attention probabilities.
-        return_history (bool): also return the new history ``A``.
-    Returns:
-        tuple: the output (B, heads, N, d_v) and ``A`` (B, heads, N, N), or None.
-    """
+    r"""Eq. 5-7: :math:`A = \alpha\,Q K^T s + (1 - \alpha) H`, ``softmax(A) V``;
+    arguments and outputs as :func:`mmhybrid.ops.historical_attention` (``history``
+    only needs to broadcast to (B, heads, N, N))."""
     scale = q.shape[-1]**-0.5 if scale is None else scale
     mixed = alpha * (q @ k.transpose(-2, -1) * scale)
     if history is not None:
