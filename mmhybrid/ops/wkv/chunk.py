@@ -37,14 +37,15 @@ import torch.nn.functional as F
 from ..tracing import is_tracing, no_autocast
 
 CHUNK = 16
-SEGMENT = 2048  # tokens streamed at a time
+SEGMENT = 4096  # tokens streamed at a time through a long sequence
+WHOLE = 2**21  # B T C up to which a sequence is one segment
 LOG2E = 1 / math.log(2)
 MAX_DECAY_SPAN = 30.0  # fast path: T * max|w|
 BONUS_RANGE = (-20.0, 30.0)  # fast path: min u, max u
 WIDE_DECAY_SPAN = 200.0  # wide-range path (float64): L * max|w| per chunk
 
 
-def _layout(T):
+def _layout(T, numel):
     """Chunk length L and the token segments streamed through, by measurement
     (docs/benchmarks.md). A traced graph serves every T: one segment of chunks of
     L = 1, the plain prefix-sum form (no padding, no size arithmetic for the
@@ -52,7 +53,7 @@ def _layout(T):
     if is_tracing():
         return 1, [(0, T)]
     L = min(CHUNK, T)
-    S = SEGMENT // L * L
+    S = T if numel <= WHOLE else SEGMENT // L * L
     return L, [(t0, min(t0 + S, T)) for t0 in range(0, T, S)]
 
 
@@ -115,8 +116,10 @@ def _segment(x, t0, t1):
 
 def _inputs(k, v, m, t0, t1, L, dtype):
     """X = (e^{k - m} v, e^{k - m}) of tokens [t0, t1), (C, B, n) each, padded."""
-    kt = _segment(k, t0, t1)  # exp2 is ~2.5x faster than exp on CPU; m holds -m log2 e
-    a = torch.add(m, kt, alpha=LOG2E, out=kt.new_empty(kt.shape, dtype=dtype)).exp2_()
+    # exp2 is ~2.5x faster than exp on CPU (the TorchScript ONNX exporter lacks it);
+    # m holds -max(k) log2 e
+    a = torch.add(m, _segment(k, t0, t1).to(dtype), alpha=LOG2E)
+    a = a.mul_(math.log(2)).exp_() if torch.jit.is_tracing() else a.exp2_()
     return _pad(a * _segment(v, t0, t1), L), _pad(a, L)
 
 
@@ -166,7 +169,7 @@ def _fast_bi_wkv(w, u, k, v, keep=False):
     ``keep``) what its backward keeps."""
     T = k.shape[1]
     dtype = torch.promote_types(torch.promote_types(k.dtype, v.dtype), torch.float32)
-    L, segs = _layout(T)
+    L, segs = _layout(T, k.numel())
     wf, uf = w.detach().to(dtype), u.detach().to(dtype)
     K, E = _kernel_matrix(wf, uf, L), _state_weights(wf, L)
     m = k.detach().amax(1).t()[..., None].to(dtype) * -LOG2E  # a = e^{k - max k} <= 1
