@@ -4,19 +4,18 @@ Eq. 9 applies one symmetric Toeplitz kernel per channel, K(t, i) = e^{-(|t-i|-1)
 for i != t and K(t, t) = e^{u}, to e^{k} v (numerator) and e^{k} (denominator). The
 sequence is laid out channel-first (the output is a channel-major view of (B, T, C),
 which its consumer reads in place of a transposing copy) and cut into chunks of L
-(<= 32) tokens:
-
-* inside a chunk the kernel is an L x L matrix per channel; with the chunk's two state
-  weights (towards its right end, towards its left end) appended as columns, one
-  batched matmul gives every token its numerator and denominator from its own chunk
-  (left, right and itself) and every chunk its states;
-* prefix sums over the chunks turn the states into what enters every chunk from the
-  left and from the right, added back by a rank-2 matmul.
+tokens: inside a chunk the kernel is an L x L matrix per channel (one batched
+matmul); each chunk's two states (its terms weighted towards either end) go through
+prefix sums over the chunks and come back as what enters every chunk from the left
+and from the right (a rank-2 matmul). A long sequence is streamed in segments of
+tokens, twice (states, then outputs; e^{k} is recomputed), so that no temporary is
+a fresh full-sequence allocation: at 1024^2 those are page-faulted in by glibc and
+cost more than the arithmetic (docs/benchmarks.md).
 
 The backward pass is the same operator once more: K is symmetric, so the gradient with
 respect to (e^{k} v, e^{k}) is the kernel applied to (dL/dnum, dL/dden). The gradients
 of w and u follow from the L x L matrix's gradient and from the chunk states (small
-tensors). Kept for it: e^{k} v, e^{k}, den, the chunk states and the output.
+tensors). Kept for it: k, v, den, the chunk states and the output.
 
 Stability. Keys are shifted by their maximum over the sequence, so e^{k} <= 1. When
 every decay factor of the sequence lies within e^{+-30} (T max|w| <= 30, always the
@@ -115,9 +114,9 @@ def _segment(x, t0, t1):
 
 
 def _inputs(k, v, m, t0, t1, L, dtype):
-    """X = (e^{k - m} v, e^{k - m}) of tokens [t0, t1), (C, B, n) each, padded."""
-    # exp2 is ~2.5x faster than exp on CPU (the TorchScript ONNX exporter lacks it);
-    # m holds -max(k) log2 e
+    """X = (a v, a) of tokens [t0, t1), (C, B, n) each, padded, a = e^{k - max k} =
+    2^{k log2 e + m}: exp2 is ~2.5x faster than exp on CPU (the TorchScript ONNX
+    exporter lacks it)."""
     a = torch.add(m, _segment(k, t0, t1).to(dtype), alpha=LOG2E)
     a = a.mul_(math.log(2)).exp_() if torch.jit.is_tracing() else a.exp2_()
     return _pad(a * _segment(v, t0, t1), L), _pad(a, L)
@@ -172,7 +171,7 @@ def _fast_bi_wkv(w, u, k, v, keep=False):
     L, segs = _layout(T, k.numel())
     wf, uf = w.detach().to(dtype), u.detach().to(dtype)
     K, E = _kernel_matrix(wf, uf, L), _state_weights(wf, L)
-    m = k.detach().amax(1).t()[..., None].to(dtype) * -LOG2E  # a = e^{k - max k} <= 1
+    m = k.detach().amax(1).t()[..., None].to(dtype) * -LOG2E  # a <= 1
 
     def finish(t0, t1, X, Y):  # out = num / den (and den)
         num, den = (y[..., :t1 - t0] for y in Y)
@@ -206,8 +205,7 @@ class _ChunkBiWKV(torch.autograd.Function):
         dK = torch.zeros_like(K)
 
         def grads(t0, t1):  # Z = (dL/dnum, dL/dden) = (g / den, -g y / den)
-            gt = _segment(grad_out, t0, t1)
-            z = torch.div(gt, den[..., t0:t1], out=gt.new_empty(gt.shape, dtype=dtype))
+            z = _segment(grad_out, t0, t1).to(dtype) / den[..., t0:t1]
             return _pad(z, L), _pad((z * _segment(out, t0, t1)).neg_(), L)
 
         def finish(t0, t1, Z, P):
@@ -216,7 +214,7 @@ class _ChunkBiWKV(torch.autograd.Function):
             X, n = _inputs(k, v, m, t0, t1, L, dtype), t1 - t0
             for x, z in zip(X, Z):
                 dK.baddbmm_(x.reshape(len(K), -1, L).transpose(1, 2), z.reshape(len(K), -1, L))
-            (av, a), (p0, p1) = ([x[..., :n] for x in X]), ([p[..., :n] for p in P])
+            av, a, p0, p1 = (x[..., :n] for x in (*X, *P))
             return torch.addcmul(av * p0, a, p1), a * p0
 
         with no_autocast(k.device.type):
