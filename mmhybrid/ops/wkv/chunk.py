@@ -108,6 +108,15 @@ def _pad(x, L):
     return F.pad(x, (0, L - x.shape[-1] % L)) if x.shape[-1] % L else x
 
 
+def _channel_major(x):
+    """x (B, T, C) as a channel-major view: itself if it is one, else one 2-D
+    transposing copy (cheaper than transposed reads in every pass)."""
+    if x.permute(2, 0, 1).is_contiguous():
+        return x
+    B, T, C = x.shape
+    return x.reshape(-1, C).t().contiguous().view(C, B, T).permute(1, 2, 0)
+
+
 def _segment(x, t0, t1):
     """Tokens [t0, t1) of x (B, T, C) (any layout) as a (C, B, t1 - t0) view."""
     return x[:, t0:t1].permute(2, 0, 1)
@@ -166,7 +175,7 @@ def _stream(make, finish, K, E, w, L, segs):
 def _fast_bi_wkv(w, u, k, v, keep=False):
     """The fast path's forward: the output (B, T, C), a channel-major view, and (with
     ``keep``) what its backward keeps."""
-    T = k.shape[1]
+    T, k, v = k.shape[1], _channel_major(k), _channel_major(v)
     dtype = torch.promote_types(torch.promote_types(k.dtype, v.dtype), torch.float32)
     L, segs = _layout(T, k.numel())
     wf, uf = w.detach().to(dtype), u.detach().to(dtype)
@@ -180,7 +189,7 @@ def _fast_bi_wkv(w, u, k, v, keep=False):
     with no_autocast(k.device.type):  # fp32 sums under autocast too
         outs, states = _stream(lambda t0, t1: _inputs(k, v, m, t0, t1, L, dtype),
                                finish, K, E, wf, L, segs)
-    return outs[0].permute(1, 2, 0).to(v.dtype), (L, segs, K, E, m, *outs[1:], states)
+    return outs[0].permute(1, 2, 0).to(v.dtype), (L, segs, k, v, K, E, m, *outs[1:], states)
 
 
 class _ChunkBiWKV(torch.autograd.Function):
@@ -192,7 +201,7 @@ class _ChunkBiWKV(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, w, u, k, v):
-        out, (L, segs, K, E, m, den, states) = _fast_bi_wkv(w, u, k, v, keep=True)
+        out, (L, segs, k, v, K, E, m, den, states) = _fast_bi_wkv(w, u, k, v, keep=True)
         ctx.save_for_backward(w, u, k, v, K, E, m, den, states, out)
         ctx.layout = L, segs
         return out
