@@ -151,7 +151,7 @@ def test_extreme_keys_stay_finite_float32():
 
 
 def test_backward_keeps_few_tensors():
-    """The analytic backward keeps (e^k v, e^k), the denominator and the output (which
+    """The analytic backward keeps k, v, the denominator and the output (which
     its consumer keeps anyway), not autograd's dozen intermediates."""
     B, T, C = 1, 4096, 32
     w, u, k, v = make_inputs(T, C, B=B, w_scale=3.0 / T, dtype=torch.float32)

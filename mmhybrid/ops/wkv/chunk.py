@@ -64,10 +64,6 @@ def _kernel_exponents(w, u, L):
     return torch.where(dist == 0, u[:, None, None], -(dist - 1) * w[:, None, None])
 
 
-def _kernel_matrix(w, u, L):
-    return torch.exp(_kernel_exponents(w, u, L))
-
-
 def _state_weights(w, L):
     """(C, L, 4): weights of a chunk's terms towards its right end e^{-(L-1-l) w}, towards
     its left end e^{-l w}, and their derivatives with respect to w."""
@@ -103,8 +99,7 @@ def _carries(S, w, L):
                         torch.cat((right, zero), dim=-1)), dim=-2)
 
 
-def _pad(x, L):
-    """(C, B, n) zero-padded to whole chunks of L tokens."""
+def _pad(x, L):  # (C, B, n) zero-padded to whole chunks of L tokens
     return F.pad(x, (0, L - x.shape[-1] % L)) if x.shape[-1] % L else x
 
 
@@ -117,8 +112,7 @@ def _channel_major(x):
     return x.reshape(-1, C).t().contiguous().view(C, B, T).permute(1, 2, 0)
 
 
-def _segment(x, t0, t1):
-    """Tokens [t0, t1) of x (B, T, C) (any layout) as a (C, B, t1 - t0) view."""
+def _segment(x, t0, t1):  # tokens [t0, t1) of x (B, T, C) as a (C, B, n) view
     return x[:, t0:t1].permute(2, 0, 1)
 
 
@@ -132,21 +126,13 @@ def _inputs(k, v, m, t0, t1, L, dtype):
 
 
 def _stream(make, finish, K, E, w, L, segs):
-    """Eq. 9's kernel applied to the pair X = ``make(t0, t1)`` ((C, B, n) each, n a
-    multiple of L), streamed over the token segments ``segs`` so that every
-    temporary is a segment's (in cache, never a fresh full-sequence allocation).
-
-    Pass 1 takes every chunk's states (the weighted sums towards its two ends and
-    their w-derivatives: ``E^T X^T`` with ``E`` (C, L, 4)); prefix sums over them give
-    what enters every chunk from the left and from the right. Pass 2 makes X again
-    (a single segment keeps it) and applies the in-chunk kernel ``K`` (C, L, L) plus
-    the carries (a rank-2 update: the left one decays as e^{-l w}, the right one as
-    e^{-(L-1-l) w}); ``finish(t0, t1, X, Y)`` turns the pair of results into
-    outputs (C, B, t1 - t0), written into (C, B, T) ones.
-
-    Returns:
-        the outputs and the chunk states (2, C, B, 4, n).
-    """
+    """Eq. 9's kernel on the pair X = ``make(t0, t1)`` ((C, B, n) each, n a multiple
+    of L), segment by segment. Pass 1: every chunk's states ``E^T X^T`` (towards its
+    two ends, and their w-derivatives), whose prefix sums are the carries. Pass 2
+    (X made again unless there is one segment): ``X K`` plus the carries (the left
+    one decays as e^{-l w}, the right one as e^{-(L-1-l) w}); ``finish(t0, t1, X, Y)``
+    gives outputs (C, B, t1 - t0), written into (C, B, T) ones. Returns them and the
+    chunk states (2, C, B, 4, n)."""
     Et, states = E.transpose(1, 2), []
     for t0, t1 in segs:
         X = make(t0, t1)
@@ -179,7 +165,7 @@ def _fast_bi_wkv(w, u, k, v, keep=False):
     dtype = torch.promote_types(torch.promote_types(k.dtype, v.dtype), torch.float32)
     L, segs = _layout(T, k.numel())
     wf, uf = w.detach().to(dtype), u.detach().to(dtype)
-    K, E = _kernel_matrix(wf, uf, L), _state_weights(wf, L)
+    K, E = torch.exp(_kernel_exponents(wf, uf, L)), _state_weights(wf, L)
     m = k.detach().amax(1).t()[..., None].to(dtype) * -LOG2E  # a <= 1
 
     def finish(t0, t1, X, Y):  # out = num / den (and den)
@@ -193,11 +179,8 @@ def _fast_bi_wkv(w, u, k, v, keep=False):
 
 
 class _ChunkBiWKV(torch.autograd.Function):
-    """Fast path: single key scale, fp32 (or float64) accumulation, analytic backward.
-
-    Kept for the backward: k, v, the denominator (C, B, T), the chunk states and the
-    output (which its consumer keeps too).
-    """
+    """Fast path: single key scale, fp32 (or float64) accumulation, analytic backward
+    (it keeps k, v, the denominator, the chunk states and the output)."""
 
     @staticmethod
     def forward(ctx, w, u, k, v):
@@ -245,11 +228,9 @@ def _parameter_grads(w, u, L, dK, S, SZ):
     f_{j-1} gives d left[j]/dw = L (left(p S0)[j] - (p_j - 1) left[j]), and right[j] =
     f_{j+1} sum_{j'>j} S1_j' / f_j' gives L ((p_j + 1) right[j] - right(p S1)[j]).
     """
-    pos = torch.arange(L, device=w.device)
-    dist = (pos[:, None] - pos[None, :]).abs().to(w.dtype)
-    G = dK * _kernel_matrix(w, u, L)
+    G, one = dK * torch.exp(_kernel_exponents(w, u, L)), torch.ones_like(w[:1])
     du = torch.diagonal(G, dim1=-2, dim2=-1).sum(-1)
-    dw = (G * torch.where(dist == 0, 0., 1. - dist)).sum((-2, -1))
+    dw = (G * _kernel_exponents(one, one - 1, L)).sum((-2, -1))  # dE/dw
     X, dX = S[..., :2, :], S[..., 2:, :]
     Z, dZ = SZ[..., :2, :].flip(-2), SZ[..., 2:, :].flip(-2)
     p = _chunk_positions(S.shape[-1], S)
