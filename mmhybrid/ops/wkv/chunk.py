@@ -125,7 +125,7 @@ def _inputs(k, v, m, t0, t1, L, dtype):
     return _pad(a * _segment(v, t0, t1), L), _pad(a, L)
 
 
-def _stream(make, finish, K, E, w, L, segs):
+def _stream(make, finish, K, E, w, L, segs, n_out):
     """Eq. 9's kernel on the pair X = ``make(t0, t1)`` ((C, B, n) each, n a multiple
     of L), segment by segment. Pass 1: every chunk's states ``E^T X^T`` (towards its
     two ends, and their w-derivatives), whose prefix sums are the carries. Pass 2
@@ -133,16 +133,16 @@ def _stream(make, finish, K, E, w, L, segs):
     one decays as e^{-l w}, the right one as e^{-(L-1-l) w}); ``finish(t0, t1, X, Y)``
     gives outputs (C, B, t1 - t0), written into (C, B, T) ones. Returns them and the
     chunk states (2, C, B, 4, n)."""
-    Et, states = E.transpose(1, 2), []
+    Et, states, outs = E.transpose(1, 2), [], []
     for t0, t1 in segs:
         X = make(t0, t1)
         C, B = X[0].shape[:2]
+        outs = outs or [X[0].new_empty(C, B, segs[-1][1]) for _ in range(n_out)] * (len(segs) > 1)
         states.append(torch.stack([torch.bmm(Et, x.reshape(C, -1, L).transpose(1, 2))
                                    for x in X]).view(2, C, 4, B, -1))
     states = torch.cat(states, dim=-1).transpose(2, 3)
     carries = _carries(states[..., :2, :], w[:, None], L).transpose(-1, -2)
     expand = E[..., :2].flip(-1).transpose(-1, -2)
-    outs = None
     for t0, t1 in segs:
         X = X if len(segs) == 1 else make(t0, t1)
         j0, j1 = t0 // L, t0 // L + X[0].shape[-1] // L
@@ -152,7 +152,6 @@ def _stream(make, finish, K, E, w, L, segs):
         res = finish(t0, t1, X, Y)
         if len(segs) == 1:
             return res, states
-        outs = outs or [r.new_empty(*r.shape[:2], segs[-1][1]) for r in res]
         for o, r in zip(outs, res):
             o[..., t0:t1] = r
     return outs, states
@@ -174,7 +173,7 @@ def _fast_bi_wkv(w, u, k, v, keep=False):
 
     with no_autocast(k.device.type):  # fp32 sums under autocast too
         outs, states = _stream(lambda t0, t1: _inputs(k, v, m, t0, t1, L, dtype),
-                               finish, K, E, wf, L, segs)
+                               finish, K, E, wf, L, segs, 1 + keep)
     return outs[0].permute(1, 2, 0).to(v.dtype), (L, segs, k, v, K, E, m, *outs[1:], states)
 
 
@@ -210,7 +209,7 @@ class _ChunkBiWKV(torch.autograd.Function):
             return torch.addcmul(av * p0, a, p1), a * p0
 
         with no_autocast(k.device.type):
-            (dk, dv), z_states = _stream(grads, finish, K, E, wf, L, segs)
+            (dk, dv), z_states = _stream(grads, finish, K, E, wf, L, segs, 2)
             dw, du = _parameter_grads(wf, uf, L, dK, states, z_states)
         return (dw.to(w.dtype), du.to(u.dtype), dk.permute(1, 2, 0).to(k.dtype),
                 dv.permute(1, 2, 0).to(v.dtype))
