@@ -11,6 +11,7 @@ import torch
 from mmhybrid.ops import bi_wkv
 from mmhybrid.ops import use_backend
 from mmhybrid.ops.wkv import BACKENDS, chunk_bi_wkv, naive_bi_wkv
+from mmhybrid.ops.wkv import chunk
 from mmhybrid.ops.wkv.chunk import _wide_range_bi_wkv
 
 
@@ -54,6 +55,28 @@ def test_gradients_match_naive(T, w_scale, k_scale):
     for name, g, ref in zip('wukv', *grads):
         assert torch.isfinite(g).all(), name
         torch.testing.assert_close(g, ref, rtol=1e-8, atol=1e-9, msg=name)
+
+
+@pytest.mark.parametrize('T,segment,channel_major', [(197, 40, False), (100, 17, True),
+                                                     (64, 32, True)])
+def test_streamed_segments_match_naive(monkeypatch, T, segment, channel_major):
+    """The sequence streamed in segments (the last one padded), channels-last and
+    channel-major inputs: forward and gradients."""
+    monkeypatch.setattr(chunk, 'SEGMENT', segment)
+    monkeypatch.setattr(chunk, 'WHOLE', 0)
+    inputs = make_inputs(T, 5, w_scale=3.0 / T, k_scale=3.0)
+    if channel_major:
+        inputs = inputs[:2] + tuple(x.transpose(1, 2).contiguous().transpose(1, 2)
+                                    for x in inputs[2:])
+    grad_out = torch.randn(2, T, 5, dtype=torch.float64)
+    results = []
+    for fn in (chunk_bi_wkv, naive_bi_wkv):
+        leaves = [x.detach().requires_grad_() for x in inputs]
+        out = fn(*leaves)
+        (out * grad_out).sum().backward()
+        results.append([out] + [x.grad for x in leaves])
+    for name, g, ref in zip('ywukv', *results):
+        torch.testing.assert_close(g, ref, rtol=1e-9, atol=1e-10, msg=name)
 
 
 @pytest.mark.parametrize('T,w_scale', [(7, 1.0), (300, 0.05), (100, 3.0)])
@@ -128,7 +151,7 @@ def test_extreme_keys_stay_finite_float32():
 
 
 def test_backward_keeps_few_tensors():
-    """The analytic backward keeps (e^k v, e^k), the denominator and the output (which
+    """The analytic backward keeps k, v, the denominator and the output (which
     its consumer keeps anyway), not autograd's dozen intermediates."""
     B, T, C = 1, 4096, 32
     w, u, k, v = make_inputs(T, C, B=B, w_scale=3.0 / T, dtype=torch.float32)

@@ -84,7 +84,7 @@ class SpatialMix(nn.Module):
         cm = not x.is_cuda
         hidden = bi_wkv(self.spatial_decay / x.shape[1], self.spatial_first,
                         self.key(xk, cm), self.value(xv, cm))
-        out = torch.sigmoid(self.receptance(xr, cm)) * self.key_norm(hidden)
+        out = self.receptance(xr, cm).sigmoid_() * self.key_norm(hidden)
         return self.output(out), state._replace(hidden=hidden)
 
 

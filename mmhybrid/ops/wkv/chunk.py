@@ -4,19 +4,18 @@ Eq. 9 applies one symmetric Toeplitz kernel per channel, K(t, i) = e^{-(|t-i|-1)
 for i != t and K(t, t) = e^{u}, to e^{k} v (numerator) and e^{k} (denominator). The
 sequence is laid out channel-first (the output is a channel-major view of (B, T, C),
 which its consumer reads in place of a transposing copy) and cut into chunks of L
-(<= 32) tokens:
-
-* inside a chunk the kernel is an L x L matrix per channel; with the chunk's two state
-  weights (towards its right end, towards its left end) appended as columns, one
-  batched matmul gives every token its numerator and denominator from its own chunk
-  (left, right and itself) and every chunk its states;
-* prefix sums over the chunks turn the states into what enters every chunk from the
-  left and from the right, added back by a rank-2 matmul.
+tokens: inside a chunk the kernel is an L x L matrix per channel (one batched
+matmul); each chunk's two states (its terms weighted towards either end) go through
+prefix sums over the chunks and come back as what enters every chunk from the left
+and from the right (a rank-2 matmul). A long sequence is streamed in segments of
+tokens, twice (states, then outputs; e^{k} is recomputed), so that no temporary is
+a fresh full-sequence allocation: at 1024^2 those are page-faulted in by glibc and
+cost more than the arithmetic (docs/benchmarks.md).
 
 The backward pass is the same operator once more: K is symmetric, so the gradient with
 respect to (e^{k} v, e^{k}) is the kernel applied to (dL/dnum, dL/dden). The gradients
 of w and u follow from the L x L matrix's gradient and from the chunk states (small
-tensors). Kept for it: e^{k} v, e^{k}, den, the chunk states and the output.
+tensors). Kept for it: k, v, den, the chunk states and the output.
 
 Stability. Keys are shifted by their maximum over the sequence, so e^{k} <= 1. When
 every decay factor of the sequence lies within e^{+-30} (T max|w| <= 30, always the
@@ -36,27 +35,25 @@ import torch.nn.functional as F
 
 from ..tracing import is_tracing, no_autocast
 
-CHUNK = 32
+CHUNK = 16
+SEGMENT = 4096  # tokens streamed at a time through a long sequence
+WHOLE = 2**21  # B T C up to which a sequence is one segment
+LOG2E = 1 / math.log(2)
 MAX_DECAY_SPAN = 30.0  # fast path: T * max|w|
 BONUS_RANGE = (-20.0, 30.0)  # fast path: min u, max u
 WIDE_DECAY_SPAN = 200.0  # wide-range path (float64): L * max|w| per chunk
 
 
-def _chunk_length(T, rows):
-    """Chunk length L: the in-chunk matmul costs O(L) per token and its C x L x L kernel
-    is shared by the ``rows`` = B sequences, so short inputs use short chunks. A
-    divisor of T close to the target avoids padding where one exists. A traced graph
-    serves every T: it takes L = 1, the plain prefix-sum form (no padding, no size
-    arithmetic for the exporters to get wrong)."""
+def _layout(T, numel):
+    """Chunk length L and the token segments streamed through, by measurement
+    (docs/benchmarks.md). A traced graph serves every T: one segment of chunks of
+    L = 1, the plain prefix-sum form (no padding, no size arithmetic for the
+    exporters to get wrong)."""
     if is_tracing():
-        return 1
-    target = CHUNK if rows * T >= 4096 else CHUNK // 2 if rows * T >= 512 else CHUNK // 4
-    if T <= target:
-        return T
-    for L in range(target, target // 2 - 1, -1):
-        if T % L == 0:
-            return L
-    return target
+        return 1, [(0, T)]
+    L = min(CHUNK, T)
+    S = T if numel <= WHOLE else SEGMENT // L * L
+    return L, [(t0, min(t0 + S, T)) for t0 in range(0, T, S)]
 
 
 def _kernel_exponents(w, u, L):
@@ -65,10 +62,6 @@ def _kernel_exponents(w, u, L):
     pos = torch.arange(L, device=w.device)
     dist = (pos[:, None] - pos[None, :]).abs().to(w.dtype)
     return torch.where(dist == 0, u[:, None, None], -(dist - 1) * w[:, None, None])
-
-
-def _kernel_matrix(w, u, L):
-    return torch.exp(_kernel_exponents(w, u, L))
 
 
 def _state_weights(w, L):
@@ -106,102 +99,120 @@ def _carries(S, w, L):
                         torch.cat((right, zero), dim=-1)), dim=-2)
 
 
-def _apply_kernel(x, K_aug, w, L):
-    """Eq. 9's kernel applied along the tokens of x (C, B, n, L), chunk by chunk.
-
-    ``K_aug`` (C, L, L + 4) is the chunk kernel followed by the state weights, so one
-    batched matmul per channel gives the in-chunk sums and the chunk states; a
-    rank-2 one adds the carries between chunks to the sums in place. Returns the
-    result (C, B, n, L) (a view) and the chunk states with their w-derivatives
-    (C, B, n, 4).
-    """
-    C, B = x.shape[:2]
-    with no_autocast(x.device.type):  # fp32 sums under autocast too
-        out = torch.bmm(x.reshape(C, -1, L), K_aug)
-        states = out[..., L:].view(C, B, -1, 4)
-        carries = _carries(states[..., :2].transpose(-1, -2), w[:, None], L)
-        # the left carry enters decaying as e^{-l w}, the right one as e^{-(L-1-l) w}
-        expand = K_aug[..., L:L + 2].flip(-1).transpose(-1, -2)  # (C, 2, L)
-        y = out[..., :L].baddbmm_(carries.transpose(-1, -2).reshape(C, -1, 2), expand)
-    return y.view(C, B, -1, L), states
+def _pad(x, L):  # (C, B, n) zero-padded to whole chunks of L tokens
+    return F.pad(x, (0, L - x.shape[-1] % L)) if x.shape[-1] % L else x
 
 
-def _to_chunks(x, L, dtype, pad_value):
-    """(B, T, C) -> channel-major chunks (C, B, n, L) of ``dtype``, n = ceil(T / L),
-    the last chunk padded with ``pad_value``. No copy when x is a channel-major view
-    (what :func:`_from_chunks` returns), else one 2-D transpose."""
+def _channel_major(x):
+    """x (B, T, C) as a channel-major view: itself if it is one, else one 2-D
+    transposing copy (cheaper than transposed reads in every pass)."""
+    if x.permute(2, 0, 1).is_contiguous():
+        return x
     B, T, C = x.shape
-    pad = (T + L - 1) // L * L - T
-    if pad:
-        x = F.pad(x, (0, 0, 0, pad), value=pad_value)
-    return x.to(dtype).reshape(-1, C).t().contiguous().view(C, B, -1, L)
+    return x.reshape(-1, C).t().contiguous().view(C, B, T).permute(1, 2, 0)
 
 
-def _from_chunks(x, T, dtype):
-    """(C, B, n, L) -> (B, T, C) of ``dtype``, the first T tokens: a channel-major
-    view (its consumer's elementwise op or matmul reads it in place of a copy)."""
-    C, B = x.shape[:2]
-    return x.reshape(C, B, -1)[..., :T].permute(1, 2, 0).to(dtype)
+def _segment(x, t0, t1):  # tokens [t0, t1) of x (B, T, C) as a (C, B, n) view
+    return x[:, t0:t1].permute(2, 0, 1)
 
 
-def _fast_bi_wkv(w, u, k, v):
-    """The fast path's forward: the output (B, T, C) and what its backward keeps."""
-    B, T, C = k.shape
+def _inputs(k, v, m, t0, t1, L, dtype):
+    """X = (a v, a) of tokens [t0, t1), (C, B, n) each, padded, a = e^{k - max k} =
+    2^{k log2 e + m}: exp2 is ~2.5x faster than exp on CPU (the TorchScript ONNX
+    exporter lacks it)."""
+    a = torch.add(m, _segment(k, t0, t1).to(dtype), alpha=LOG2E)
+    a = a.mul_(math.log(2)).exp_() if torch.jit.is_tracing() else a.exp2_()
+    return _pad(a * _segment(v, t0, t1), L), _pad(a, L)
+
+
+def _stream(make, finish, K, E, w, L, segs, n_out):
+    """Eq. 9's kernel on the pair X = ``make(t0, t1)`` ((C, B, n) each, n a multiple
+    of L), segment by segment. Pass 1: every chunk's states ``E^T X^T`` (towards its
+    two ends, and their w-derivatives), whose prefix sums are the carries. Pass 2
+    (X made again unless there is one segment): ``X K`` plus the carries (the left
+    one decays as e^{-l w}, the right one as e^{-(L-1-l) w}); ``finish(t0, t1, X, Y)``
+    gives outputs (C, B, t1 - t0), written into (C, B, T) ones. Returns them and the
+    chunk states (2, C, B, 4, n)."""
+    Et, states, outs = E.transpose(1, 2), [], []
+    for t0, t1 in segs:
+        X = make(t0, t1)
+        C, B = X[0].shape[:2]
+        outs = outs or [X[0].new_empty(C, B, segs[-1][1]) for _ in range(n_out)] * (len(segs) > 1)
+        states.append(torch.stack([torch.bmm(Et, x.reshape(C, -1, L).transpose(1, 2))
+                                   for x in X]).view(2, C, 4, B, -1))
+    states = torch.cat(states, dim=-1).transpose(2, 3)
+    carries = _carries(states[..., :2, :], w[:, None], L).transpose(-1, -2)
+    expand = E[..., :2].flip(-1).transpose(-1, -2)
+    for t0, t1 in segs:
+        X = X if len(segs) == 1 else make(t0, t1)
+        j0, j1 = t0 // L, t0 // L + X[0].shape[-1] // L
+        Y = [torch.bmm(x.reshape(C, -1, L), K).baddbmm_(
+            car[:, :, j0:j1].reshape(C, -1, 2), expand).view(x.shape)
+             for x, car in zip(X, carries)]
+        res = finish(t0, t1, X, Y)
+        if len(segs) == 1:
+            return res, states
+        for o, r in zip(outs, res):
+            o[..., t0:t1] = r
+    return outs, states
+
+
+def _fast_bi_wkv(w, u, k, v, keep=False):
+    """The fast path's forward: the output (B, T, C), a channel-major view, and (with
+    ``keep``) what its backward keeps."""
+    T, k, v = k.shape[1], _channel_major(k), _channel_major(v)
     dtype = torch.promote_types(torch.promote_types(k.dtype, v.dtype), torch.float32)
-    L = _chunk_length(T, B)
+    L, segs = _layout(T, k.numel())
     wf, uf = w.detach().to(dtype), u.detach().to(dtype)
-    K_aug = torch.cat((_kernel_matrix(wf, uf, L), _state_weights(wf, L)), dim=-1)
-    # a = e^{k - max k}, av = a v; padded tokens weigh 0
-    a = _to_chunks(k, L, dtype, float('-inf'))
-    a = (a - a.amax(dim=(-2, -1), keepdim=True)).exp_()
-    av = _to_chunks(v, L, dtype, 0.) * a
-    num, num_states = _apply_kernel(av, K_aug, wf, L)
-    den, den_states = _apply_kernel(a, K_aug, wf, L)
-    out = _from_chunks(num / den, T, v.dtype)
-    states = torch.stack((num_states, den_states)).transpose(-1, -2)  # (2, C, B, 4, n)
-    return out, (K_aug, a, av, den, states)
+    K, E = torch.exp(_kernel_exponents(wf, uf, L)), _state_weights(wf, L)
+    m = k.detach().amax(1).t()[..., None].to(dtype) * -LOG2E  # a <= 1
+
+    def finish(t0, t1, X, Y):  # out = num / den (and den)
+        num, den = (y[..., :t1 - t0] for y in Y)
+        return (num / den, ) + (den, ) * keep
+
+    with no_autocast(k.device.type):  # fp32 sums under autocast too
+        outs, states = _stream(lambda t0, t1: _inputs(k, v, m, t0, t1, L, dtype),
+                               finish, K, E, wf, L, segs, 1 + keep)
+    return outs[0].permute(1, 2, 0).to(v.dtype), (L, segs, k, v, K, E, m, *outs[1:], states)
 
 
 class _ChunkBiWKV(torch.autograd.Function):
-    """Fast path: single key scale, fp32 (or float64) accumulation, analytic backward.
-
-    Kept for the backward: e^{k} v, e^{k}, the denominator (C, B, T') each, the chunk
-    states and the output (which its consumer keeps too).
-    """
+    """Fast path: single key scale, fp32 (or float64) accumulation, analytic backward
+    (it keeps k, v, the denominator, the chunk states and the output)."""
 
     @staticmethod
     def forward(ctx, w, u, k, v):
-        out, (K_aug, a, av, den, states) = _fast_bi_wkv(w, u, k, v)
-        ctx.save_for_backward(w, u, K_aug, a, av, den, states, out)
-        ctx.k_dtype = k.dtype
+        out, (L, segs, k, v, K, E, m, den, states) = _fast_bi_wkv(w, u, k, v, keep=True)
+        ctx.save_for_backward(w, u, k, v, K, E, m, den, states, out)
+        ctx.layout = L, segs
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        w, u, K_aug, a, av, den, states, out = ctx.saved_tensors
-        T = out.shape[1]
-        L = a.shape[-1]
-        wf, uf = w.detach().to(a.dtype), u.detach().to(a.dtype)
-        # dL/dnum = g / den; dL/dX = K dL/dY (K is symmetric); dL/dK = X^T dL/dY
-        z_num = _to_chunks(grad_out, L, a.dtype, 0.) / den
-        p_num, s_num = _apply_kernel(z_num, K_aug, wf, L)
-        # dL/dden = -g y / den
-        z_den = -z_num * _to_chunks(out, L, a.dtype, 0.)
-        p_den, s_den = _apply_kernel(z_den, K_aug, wf, L)
-        dw = du = dk = dv = None
-        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-            C = a.shape[0]
-            dK = sum(torch.bmm(x.reshape(C, -1, L).transpose(1, 2), z.reshape(C, -1, L))
-                     for x, z in ((av, z_num), (a, z_den)))
-            z_states = torch.stack((s_num, s_den)).transpose(-1, -2)
+        w, u, k, v, K, E, m, den, states, out = ctx.saved_tensors
+        (L, segs), dtype = ctx.layout, den.dtype
+        wf, uf = w.detach().to(dtype), u.detach().to(dtype)
+        dK = torch.zeros_like(K)
+
+        def grads(t0, t1):  # Z = (dL/dnum, dL/dden) = (g / den, -g y / den)
+            z = _segment(grad_out, t0, t1).to(dtype) / den[..., t0:t1]
+            return _pad(z, L), _pad((z * _segment(out, t0, t1)).neg_(), L)
+
+        def finish(t0, t1, Z, P):
+            # dL/dX = K Z (K is symmetric); dL/dK = X^T Z; X = (a v, a) with
+            # a = e^{k - max}: dk = a v P0 + a P1, dv = a P0
+            X, n = _inputs(k, v, m, t0, t1, L, dtype), t1 - t0
+            for x, z in zip(X, Z):
+                dK.baddbmm_(x.reshape(len(K), -1, L).transpose(1, 2), z.reshape(len(K), -1, L))
+            av, a, p0, p1 = (x[..., :n] for x in (*X, *P))
+            return torch.addcmul(av * p0, a, p1), a * p0
+
+        with no_autocast(k.device.type):
+            (dk, dv), z_states = _stream(grads, finish, K, E, wf, L, segs, 2)
             dw, du = _parameter_grads(wf, uf, L, dK, states, z_states)
-            dw, du = dw.to(w.dtype), du.to(u.dtype)
-        # X = (a v, a) with a = e^{k - max}: dk = a dX1 + a v dX0, dv = a dX0
-        if ctx.needs_input_grad[2]:
-            dk = _from_chunks(p_den * a + p_num * av, T, ctx.k_dtype)
-        if ctx.needs_input_grad[3]:
-            dv = _from_chunks(p_num * a, T, out.dtype)
-        return dw, du, dk, dv
+        return (dw.to(w.dtype), du.to(u.dtype), dk.permute(1, 2, 0).to(k.dtype),
+                dv.permute(1, 2, 0).to(v.dtype))
 
 
 def _parameter_grads(w, u, L, dK, S, SZ):
@@ -216,11 +227,9 @@ def _parameter_grads(w, u, L, dK, S, SZ):
     f_{j-1} gives d left[j]/dw = L (left(p S0)[j] - (p_j - 1) left[j]), and right[j] =
     f_{j+1} sum_{j'>j} S1_j' / f_j' gives L ((p_j + 1) right[j] - right(p S1)[j]).
     """
-    pos = torch.arange(L, device=w.device)
-    dist = (pos[:, None] - pos[None, :]).abs().to(w.dtype)
-    G = dK * _kernel_matrix(w, u, L)
+    G, one = dK * torch.exp(_kernel_exponents(w, u, L)), torch.ones_like(w[:1])
     du = torch.diagonal(G, dim1=-2, dim2=-1).sum(-1)
-    dw = (G * torch.where(dist == 0, 0., 1. - dist)).sum((-2, -1))
+    dw = (G * _kernel_exponents(one, one - 1, L)).sum((-2, -1))  # dE/dw
     X, dX = S[..., :2, :], S[..., 2:, :]
     Z, dZ = SZ[..., :2, :].flip(-2), SZ[..., 2:, :].flip(-2)
     p = _chunk_positions(S.shape[-1], S)
