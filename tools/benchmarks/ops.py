@@ -45,8 +45,11 @@ def make_case(op, backend, B, hw, C, heads, device, dtype):
     if op == 'wkv':
         w = ((torch.rand(C, device=device) * 8 - 5) / N).requires_grad_()
         u = torch.full((C, ), -1.2 / N, device=device).requires_grad_()
-        return (lambda k, v: O.bi_wkv(w, u, k, v, **kw), [rand(B, N, C), rand(B, N, C)],
-                [w, u], A.wkv_macs(B, N, C))
+        # k, v in the layout SpatialMix feeds: channel-major off CUDA, channels last on it
+        kv = [rand(B, N, C) if device == 'cuda' else
+              torch.randn(C, B, N, dtype=dtype).permute(1, 2, 0).requires_grad_()
+              for _ in range(2)]
+        return (lambda k, v: O.bi_wkv(w, u, k, v, **kw), kv, [w, u], A.wkv_macs(B, N, C))
     if op == 'gdn':
         t = [rand(2 * B, N, heads, d) for _ in range(3)]
         t += [(-0.1 * torch.rand(2 * B, N, heads, device=device)).requires_grad_(),
