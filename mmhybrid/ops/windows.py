@@ -18,15 +18,16 @@ def padded_size(size, window):
 
 def roll(x, shifts, dims):
     """``torch.roll`` as an index gather, so that shifts computed from sizes stay
-    computations in an exported graph (``torch.roll`` freezes them)."""
+    computations in an exported graph (``torch.roll`` freezes them).
+
+    The wrap is size arithmetic plus a ``where`` on the index: the dynamo ONNX
+    exporter takes no tensor ``%`` by a symbolic size, and torch.export guards
+    on the lengths of an index concatenation (``arange(split, size)``).
+    """
     for shift, dim in zip(shifts, dims):
         size = x.shape[dim]
-        # the wrap in size arithmetic: the dynamo ONNX exporter takes no tensor
-        # `%` or `*` by a symbolic size
-        split = size - shift % size
-        index = torch.cat([torch.arange(split, size, device=x.device),
-                           torch.arange(0, split, device=x.device)])
-        x = x.index_select(dim, index)
+        index = torch.arange(size, device=x.device) - shift % size
+        x = x.index_select(dim, torch.where(index < 0, index + size, index))
     return x
 
 

@@ -24,11 +24,7 @@ SHAPE = (96, 128)  # export size (3 x 4 tokens at stride 32); checks at three ot
 TOL = 1e-4
 
 # (case, check) -> the cause, for cells that fail (checked 2026-11-24)
-KNOWN = {
-    ('swin-local', 'torch-export'): 'ops/windows.roll: the index concatenation that '
-    'the dynamo ONNX exporter accepts makes torch.export guard shift % size < 2 '
-    '(the `%` form it accepted fails in onnxscript)',
-}
+KNOWN = {}
 SAMPLE = {'sola-min', 'infvit-linear', 'havit'}
 
 
