@@ -70,19 +70,14 @@ class BidirectionalGatedDeltaNet(nn.Module):
         beta = torch.sigmoid(self.b_proj(x))
         g = -self.A_log.float().exp() * F.softplus(
             self.a_proj(x).float() + self.dt_bias)
-
-        # forward scan on the row-major sequence, backward scan on its reverse:
-        # one call on 2B sequences
-        def both(t):
-            return torch.cat((t, t.flip(1)))
-
         # reshape with sizes, not unflatten: the TorchScript ONNX exporter freezes
         # the sizes of unflatten's output
-        q, k, v = (t.reshape(2 * B, N, self.num_heads, -1)
-                   for t in both(F.silu(qkv)).split(self.split, dim=-1))
-        o, _ = gated_delta_rule(q, k, v, both(g), both(beta),
-                                use_qk_l2norm_in_kernel=True)
-        hidden = o[:B] + o[B:].flip(1)  # (B, N, heads, head_v_dim)
+        q, k, v = (t.reshape(B, N, self.num_heads, -1)
+                   for t in F.silu(qkv).split(self.split, dim=-1))
+        # forward scan on the row-major sequence plus backward scan on its
+        # reverse, (B, N, heads, head_v_dim)
+        hidden, _ = gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
+                                     bidirectional=True)
         gate = F.silu(self.g_proj(x)).reshape(B, N, self.num_heads, -1)
         # the per-head RMSNorm in float32 whatever the autocast / parameter dtype,
         # written out (ONNX has no RMSNormalization before opset 23)
