@@ -264,7 +264,9 @@ def _segment_inputs(tensors, start, stop, chunk, both, extra=0):
         part, T = x[:, start:stop], x.shape[1]
         if both:
             part = torch.cat((part, x[:, T - stop:T - start].flip(1)))
-        return to_chunks(F.pad(part, (0, 0) * (x.dim() - 2) + (0, pad)), chunk)
+        if pad or is_tracing():  # F.pad copies even when it pads nothing
+            part = F.pad(part, (0, 0) * (x.dim() - 2) + (0, pad))
+        return to_chunks(part, chunk)
     return [take(x) for x in tensors]
 
 
