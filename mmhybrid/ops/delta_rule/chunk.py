@@ -26,6 +26,8 @@ the state carried from one to the next: every temporary is a segment's, not the
 sequence's, so it stays in cache and below the allocator's mmap threshold (a
 fresh ``mmap``'d block is page-faulted in at a fraction of memory bandwidth). The
 result is the same as one pass over all chunks (the chunk maths is unchanged).
+``bidirectional`` batches segment j of the sequences with segment j of their
+reverses, so no reversed or 2B-batched copy of a whole sequence is made.
 
 The backward pass is written by hand (:class:`ChunkGatedDeltaRule`), segment by
 segment in reverse: the adjoint recurrence ``dM_0 = A_c^T dM_C + R_c`` (one
