@@ -78,6 +78,29 @@ def test_segments_match_naive_at_their_boundaries(T, state):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=name)
 
 
+def naive_both(q, k, v, g, beta, **kwargs):
+    """The naive rule on the sequences and their reverses, read-outs summed."""
+    o, state = naive_gated_delta_rule(
+        *(torch.cat((x, x.flip(1))) for x in (q, k, v, g, beta)), **kwargs)
+    return o[:len(q)] + o[len(q):].flip(1), state
+
+
+@pytest.mark.parametrize('T', [1, 17, 50])
+def test_bidirectional_matches_naive_on_both_directions(T):
+    """Segment j of the sequences batched with segment j of their reverses (4
+    chunks of 4 per segment), forward and gradients, with a (2B) initial state;
+    and the other backends' generic form (naive here)."""
+    args = inputs(2, T, 2, 8, 6)[:5] + (torch.randn(4, 2, 8, 6, dtype=torch.float64), )
+    ref = grads(naive_both, args)
+    out = grads(chunk_gated_delta_rule, args, chunk_size=4, segment_size=16,
+                bidirectional=True)
+    out_naive = grads(gated_delta_rule, args, backend='naive', bidirectional=True)
+    for name, a, b, c in zip(('o', 'state', 'q', 'k', 'v', 'g', 'beta', 'h0'),
+                             out, ref, out_naive):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=name)
+        torch.testing.assert_close(c, b, rtol=1e-12, atol=1e-12, msg=name)
+
+
 def test_segment_size_does_not_change_the_result():
     """Streaming is the same computation: any segment length (rounded up to whole
     chunks), with and without gradients, gives the same output and state."""

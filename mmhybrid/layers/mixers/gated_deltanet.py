@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from mmhybrid.ops import gated_delta_rule
 from ..block import MixerState
-from ..mlp import map_to_tokens, tokens_to_map
+from ..mlp import conv_in_bands
 
 
 class BidirectionalGatedDeltaNet(nn.Module):
@@ -64,25 +64,19 @@ class BidirectionalGatedDeltaNet(nn.Module):
 
     def forward(self, x, hw_shape, state=MixerState()):
         B, N, _ = x.shape
-        qkv = self.qkv(x)
-        if self.conv is not None:
-            qkv = map_to_tokens(self.conv(tokens_to_map(qkv, hw_shape)))
+        qkv = (F.silu(self.qkv(x)) if self.conv is None else
+               conv_in_bands(x, hw_shape, self.qkv, self.conv, F.silu))
         beta = torch.sigmoid(self.b_proj(x))
         g = -self.A_log.float().exp() * F.softplus(
             self.a_proj(x).float() + self.dt_bias)
-
-        # forward scan on the row-major sequence, backward scan on its reverse:
-        # one call on 2B sequences
-        def both(t):
-            return torch.cat((t, t.flip(1)))
-
         # reshape with sizes, not unflatten: the TorchScript ONNX exporter freezes
         # the sizes of unflatten's output
-        q, k, v = (t.reshape(2 * B, N, self.num_heads, -1)
-                   for t in both(F.silu(qkv)).split(self.split, dim=-1))
-        o, _ = gated_delta_rule(q, k, v, both(g), both(beta),
-                                use_qk_l2norm_in_kernel=True)
-        hidden = o[:B] + o[B:].flip(1)  # (B, N, heads, head_v_dim)
+        q, k, v = (t.reshape(B, N, self.num_heads, -1)
+                   for t in qkv.split(self.split, dim=-1))
+        # forward scan on the row-major sequence plus backward scan on its
+        # reverse, (B, N, heads, head_v_dim)
+        hidden, _ = gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
+                                     bidirectional=True)
         gate = F.silu(self.g_proj(x)).reshape(B, N, self.num_heads, -1)
         # the per-head RMSNorm in float32 whatever the autocast / parameter dtype,
         # written out (ONNX has no RMSNormalization before opset 23)

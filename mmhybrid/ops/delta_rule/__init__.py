@@ -8,6 +8,8 @@ of :mod:`mmhybrid.ops.dispatch`.
 """
 import functools
 
+import torch
+
 from ..dispatch import choose_backend
 from .chunk import chunk_gated_delta_rule
 from .naive import l2norm, naive_gated_delta_rule
@@ -48,7 +50,7 @@ def default_backend(device_type, backend=None):
 
 def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                      output_final_state=False, use_qk_l2norm_in_kernel=False,
-                     backend=None):
+                     bidirectional=False, backend=None):
     r"""Gated delta rule, multi-head, in fla's layout and argument names.
 
     The paper (InfiniteVL Eq. 2) writes the state as ``S_t`` (V x K),
@@ -69,11 +71,14 @@ def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
         output_final_state (bool): also return ``M_T``.
         use_qk_l2norm_in_kernel (bool): L2-normalise q and k per head first
             (Gated DeltaNet does; fla's name for it).
+        bidirectional (bool): also run the rule over the reversed sequences
+            and add their read-outs, flipped back, to ``o``; the states are
+            those of the 2B sequences (forward ones first).
         backend (str, optional): ``'chunk'``/``'torch'``, ``'naive'`` or
             ``'fla'``; default :func:`default_backend`.
     Returns:
         tuple: o (B, T, H, V) in the dtype of ``v``, and the final state
-        (B, H, K, V) in float32 or wider, or None.
+        (B or 2B, H, K, V) in float32 or wider, or None.
     """
     if q.dim() != 4 or q.shape != k.shape or v.shape[:3] != q.shape[:3]:
         raise ValueError(f'q, k must be (B, T, H, K) and v (B, T, H, V); got '
@@ -81,11 +86,16 @@ def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     if g.shape != q.shape[:3] or beta.shape != q.shape[:3]:
         raise ValueError(f'g and beta must be {tuple(q.shape[:3])}; got '
                          f'{tuple(g.shape)} and {tuple(beta.shape)}')
-    name = default_backend(q.device.type, backend)
-    return _BACKENDS[name](
-        q, k, v, g, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state,
-        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+    fn = _BACKENDS[default_backend(q.device.type, backend)]
+    kwargs = dict(scale=scale, initial_state=initial_state,
+                  output_final_state=output_final_state,
+                  use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+    if fn is chunk_gated_delta_rule:
+        return fn(q, k, v, g, beta, bidirectional=bidirectional, **kwargs)
+    if not bidirectional:
+        return fn(q, k, v, g, beta, **kwargs)
+    o, state = fn(*(torch.cat((x, x.flip(1))) for x in (q, k, v, g, beta)), **kwargs)
+    return o[:len(q)] + o[len(q):].flip(1), state
 
 
 __all__ = ['gated_delta_rule', 'chunk_gated_delta_rule', 'naive_gated_delta_rule',

@@ -26,6 +26,8 @@ the state carried from one to the next: every temporary is a segment's, not the
 sequence's, so it stays in cache and below the allocator's mmap threshold (a
 fresh ``mmap``'d block is page-faulted in at a fraction of memory bandwidth). The
 result is the same as one pass over all chunks (the chunk maths is unchanged).
+``bidirectional`` batches segment j of the sequences with segment j of their
+reverses, so no reversed or 2B-batched copy of a whole sequence is made.
 
 The backward pass is written by hand (:class:`ChunkGatedDeltaRule`), segment by
 segment in reverse: the adjoint recurrence ``dM_0 = A_c^T dM_C + R_c`` (one
@@ -253,34 +255,52 @@ def _segments(T, segment):
     return [(start, min(start + segment, T)) for start in range(0, T, segment)]
 
 
-def _segment_inputs(tensors, start, stop, chunk, extra=0):
-    """Slices [start, stop) of (B, T, H, ...) tensors, zero-padded to whole
-    chunks and ``extra`` more tokens (g = beta = k = 0 leaves the state
-    unchanged), in chunk layout."""
+def _segment_inputs(tensors, start, stop, chunk, both, extra=0):
+    """Slices [start, stop) of (B, T, H, ...) tensors (``both``: then, batched
+    after them, those of the reversed sequences), zero-padded to whole chunks and
+    ``extra`` more tokens (g = beta = k = 0 leaves the state unchanged), in
+    chunk layout."""
     pad = (chunk - (stop - start) % chunk) % chunk + extra
-    return [to_chunks(F.pad(x[:, start:stop], (0, 0) * (x.dim() - 2) + (0, pad)),
-                      chunk) for x in tensors]
+
+    def take(x):
+        part, T = x[:, start:stop], x.shape[1]
+        if both:
+            part = torch.cat((part, x[:, T - stop:T - start].flip(1)))
+        if pad or is_tracing():  # F.pad copies even when it pads nothing
+            part = F.pad(part, (0, 0) * (x.dim() - 2) + (0, pad))
+        return to_chunks(part, chunk)
+    return [take(x) for x in tensors]
 
 
-def _forward(q, k, v, g, beta, state, scale, chunk, segment, l2norm, save):
-    """Stream the segments; returns o (B, T, H, V), the final state (B, H, K, V)
-    and the saved tensors of every segment (or None)."""
+def _merge(pieces, B, both):
+    """Per-segment (B or 2B, L, ...) results -> (B, T, ...): the forward ones,
+    plus (``both``) the reversed sequences' flipped back into place."""
+    out = torch.cat([x[:B] for x in pieces], 1)
+    if both:
+        out = out + torch.cat([x[B:].flip(1) for x in pieces[::-1]], 1)
+    return out
+
+
+def _forward(q, k, v, g, beta, state, scale, chunk, segment, l2norm, both,
+             save):
+    """Stream the segments; returns o (B, T, H, V), the final state (S, H, K, V)
+    (S = 2B sequences with ``both``) and the saved tensors of every segment."""
     B, T, H, K = k.shape
-    V = v.shape[-1]
-    state = (q.new_zeros(B * H, K, V) if state is None else
-             state.reshape(B * H, K, V))
+    V, S = v.shape[-1], B * (1 + both)
+    state = (q.new_zeros(S * H, K, V) if state is None else
+             state.reshape(S * H, K, V))
     outs, saved = [], []
     # traced: one segment; under dynamo a chunk more: two at least, so that
     # torch.export keeps the chunk count symbolic (it specialises sizes of 1)
     extra = chunk * torch.compiler.is_compiling()
     for start, stop in [(0, T)] if is_tracing() else _segments(T, segment):
         qs, ks, vs, gs, betas = _segment_inputs((q, k, v, g, beta), start, stop,
-                                                chunk, extra)
+                                                chunk, both, extra)
         o, state, kept = _segment_forward(qs, ks, vs, gs, betas, state, scale,
                                           l2norm, save)
         outs.append(from_chunks(o)[:, :stop - start])
         saved.append(kept)
-    return torch.cat(outs, 1), state.view(B, H, K, V), saved
+    return _merge(outs, B, both), state.view(S, H, K, V), saved
 
 
 def _without_autocast(method):
@@ -299,11 +319,11 @@ class ChunkGatedDeltaRule(torch.autograd.Function):
     @staticmethod
     @_without_autocast
     def forward(ctx, q, k, v, g, beta, initial_state, scale, chunk, segment,
-                l2norm):
+                l2norm, both):
         o, state, saved = _forward(q, k, v, g, beta, initial_state, scale, chunk,
-                                   segment, l2norm, save=True)
+                                   segment, l2norm, both, save=True)
         ctx.save_for_backward(*(x for kept in saved for x in kept))
-        ctx.config = (len(saved[0]), scale, chunk, segment, l2norm,
+        ctx.config = (len(saved[0]), scale, chunk, segment, l2norm, both,
                       initial_state is not None, k.shape[1])
         return o, state
 
@@ -311,32 +331,34 @@ class ChunkGatedDeltaRule(torch.autograd.Function):
     @once_differentiable
     @_without_autocast
     def backward(ctx, do, dstate):
-        per_segment, scale, chunk, segment, l2norm, has_initial_state, T = \
+        per_segment, scale, chunk, segment, l2norm, both, has_initial_state, T = \
             ctx.config
         flat = ctx.saved_tensors
         saved = [flat[i:i + per_segment] for i in range(0, len(flat), per_segment)]
         B, _, H, V = do.shape
-        K = saved[0][1].shape[-1]
-        dstate = (do.new_zeros(B * H, K, V) if dstate is None else
-                  dstate.reshape(B * H, K, V))
+        K, S = saved[0][1].shape[-1], B * (1 + both)
+        dstate = (do.new_zeros(S * H, K, V) if dstate is None else
+                  dstate.reshape(S * H, K, V))
         grads = []
         for (start, stop), kept in reversed(list(zip(_segments(T, segment), saved))):
-            (dos, ) = _segment_inputs((do, ), start, stop, chunk)
+            (dos, ) = _segment_inputs((do, ), start, stop, chunk, both)
             seg_grads, dstate = _segment_backward(kept, dos, dstate, scale, l2norm)
             grads.append([from_chunks(x)[:, :stop - start] for x in seg_grads])
-        dq, dk, dv, dg, dbeta = (torch.cat(x[::-1], 1) for x in zip(*grads))
-        dh0 = dstate.view(B, H, K, V) if has_initial_state else None
-        return dq, dk, dv, dg, dbeta, dh0, None, None, None, None
+        dq, dk, dv, dg, dbeta = (_merge(x[::-1], B, both) for x in zip(*grads))
+        dh0 = dstate.view(S, H, K, V) if has_initial_state else None
+        return dq, dk, dv, dg, dbeta, dh0, None, None, None, None, None
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                            output_final_state=False,
                            use_qk_l2norm_in_kernel=False, chunk_size=32,
-                           segment_size=1024):
+                           segment_size=1024, bidirectional=False):
     """Gated delta rule over chunks of ``chunk_size`` tokens (a power of two),
     streamed ``segment_size`` tokens at a time (rounded up to whole chunks); see
     the module docstring, and :func:`mmhybrid.ops.gated_delta_rule` for the
-    other arguments.
+    other arguments. ``bidirectional`` streams each segment of the sequences
+    batched with the same segment of their reverses (no reversed copy of the
+    whole sequence).
 
     ``chunk_size`` 32 was the fastest of 16/32/64 on the CPU at 784 and 3136
     tokens (within 5% of 16 at 196; one comparison, loaded machine); fla's GPU
@@ -355,8 +377,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     if initial_state is not None:
         initial_state = initial_state.to(dtype)
     if T == 0:
-        state = (q.new_zeros(B, H, K, V) if initial_state is None else
-                 initial_state)
+        state = (q.new_zeros(B * (1 + bidirectional), H, K, V)
+                 if initial_state is None else initial_state)
         return (v.new_zeros(B, 0, H, V).to(out_dtype),
                 state if output_final_state else None)
     traced = is_tracing()  # a fixed chunk and plain ops, see the module docstring
@@ -365,7 +387,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
         chunk //= 2
     segment = -(-segment_size // chunk) * chunk
     args = (q, k, v, g, beta, initial_state, scale, chunk, segment,
-            use_qk_l2norm_in_kernel)
+            use_qk_l2norm_in_kernel, bidirectional)
     if (torch.is_grad_enabled() and not traced and any(
             x is not None and x.requires_grad for x in args[:6])):
         o, state = ChunkGatedDeltaRule.apply(*args)

@@ -1,0 +1,21 @@
+"""conv_in_bands: rows in bands with a recomputed halo equal the whole map."""
+import pytest
+import torch
+import torch.nn as nn
+
+from mmhybrid.layers.mlp import conv_in_bands
+
+
+@pytest.mark.parametrize('hw, kernel, band', [((37, 23), 3, 50), ((5, 300), 3, 100),
+                                              ((9, 9), 3, 1), ((11, 6), 5, 13),
+                                              ((3, 2), 5, 4)])
+def test_bands_equal_the_whole_map(hw, kernel, band):
+    torch.manual_seed(0)
+    before = nn.Linear(8, 12).double()
+    conv = nn.Conv2d(12, 12, kernel, padding=kernel // 2, groups=12).double()
+    x = torch.randn(2, hw[0] * hw[1], 8, dtype=torch.float64, requires_grad=True)
+    outs = [conv_in_bands(x, hw, before, conv, nn.GELU(), band_tokens=tokens)
+            for tokens in (band, hw[0] * hw[1])]
+    grads = [torch.autograd.grad(o.sin().sum(), x)[0] for o in outs]
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-12)
