@@ -50,11 +50,12 @@ def make_case(op, backend, B, hw, C, heads, device, dtype):
               torch.randn(C, B, N, dtype=dtype).permute(1, 2, 0).requires_grad_()
               for _ in range(2)]
         return (lambda k, v: O.bi_wkv(w, u, k, v, **kw), kv, [w, u], A.wkv_macs(B, N, C))
-    if op == 'gdn':
-        t = [rand(2 * B, N, heads, d) for _ in range(3)]
-        t += [(-0.1 * torch.rand(2 * B, N, heads, device=device)).requires_grad_(),
-              torch.rand(2 * B, N, heads, device=device, dtype=dtype).requires_grad_()]
-        return (lambda *t: O.gated_delta_rule(*t, use_qk_l2norm_in_kernel=True, **kw)[0],
+    if op == 'gdn':  # both scan directions of B sequences, as the G layer runs them
+        t = [rand(B, N, heads, d) for _ in range(3)]
+        t += [(-0.1 * torch.rand(B, N, heads, device=device)).requires_grad_(),
+              torch.rand(B, N, heads, device=device, dtype=dtype).requires_grad_()]
+        return (lambda *t: O.gated_delta_rule(*t, use_qk_l2norm_in_kernel=True,
+                                              bidirectional=True, **kw)[0],
                 t, [], A.delta_rule_macs(2 * B, N, heads, d, d))
     qkv = [rand(B, heads, N, d) for _ in range(3)]
     if op == 'swa':
