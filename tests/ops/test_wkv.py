@@ -57,6 +57,19 @@ def test_gradients_match_naive(T, w_scale, k_scale):
         torch.testing.assert_close(g, ref, rtol=1e-8, atol=1e-9, msg=name)
 
 
+def assert_same_values_and_grads(fn, ref_fn, inputs):
+    """``fn`` and ``ref_fn`` give the same output and gradients (w, u, k, v) in float64."""
+    grad_out = torch.randn_like(inputs[2])
+    results = []
+    for f in (fn, ref_fn):
+        leaves = [x.detach().clone().requires_grad_() for x in inputs]
+        out = f(*leaves)
+        (out * grad_out).sum().backward()
+        results.append([out] + [x.grad for x in leaves])
+    for name, g, ref in zip('ywukv', *results):
+        torch.testing.assert_close(g, ref, rtol=1e-9, atol=1e-10, msg=name)
+
+
 @pytest.mark.parametrize('T,segment,channel_major', [(197, 40, False), (100, 17, True),
                                                      (64, 32, True)])
 def test_streamed_segments_match_naive(monkeypatch, T, segment, channel_major):
@@ -68,15 +81,7 @@ def test_streamed_segments_match_naive(monkeypatch, T, segment, channel_major):
     if channel_major:
         inputs = inputs[:2] + tuple(x.transpose(1, 2).contiguous().transpose(1, 2)
                                     for x in inputs[2:])
-    grad_out = torch.randn(2, T, 5, dtype=torch.float64)
-    results = []
-    for fn in (chunk_bi_wkv, naive_bi_wkv):
-        leaves = [x.detach().requires_grad_() for x in inputs]
-        out = fn(*leaves)
-        (out * grad_out).sum().backward()
-        results.append([out] + [x.grad for x in leaves])
-    for name, g, ref in zip('ywukv', *results):
-        torch.testing.assert_close(g, ref, rtol=1e-9, atol=1e-10, msg=name)
+    assert_same_values_and_grads(chunk_bi_wkv, naive_bi_wkv, inputs)
 
 
 @pytest.mark.parametrize('T,w_scale', [(7, 1.0), (300, 0.05), (100, 3.0)])
@@ -84,15 +89,7 @@ def test_fast_and_wide_range_paths_agree(T, w_scale):
     """The single-scale fp32/fp64 path with its analytic backward and the wide-range
     float64 path (autograd) give the same values and gradients where both apply."""
     inputs = make_inputs(T, 4, w_scale=w_scale / T, k_scale=5.0)
-    grad_out = torch.randn(2, T, 4, dtype=torch.float64)
-    grads = []
-    for fn in (chunk_bi_wkv, _wide_range_bi_wkv):
-        leaves = [x.clone().requires_grad_() for x in inputs]
-        out = fn(*leaves)
-        (out * grad_out).sum().backward()
-        grads.append([out] + [x.grad for x in leaves])
-    for name, g, ref in zip('ywukv', *grads):
-        torch.testing.assert_close(g, ref, rtol=1e-9, atol=1e-10, msg=name)
+    assert_same_values_and_grads(chunk_bi_wkv, _wide_range_bi_wkv, inputs)
 
 
 @pytest.mark.parametrize('w,u', [(100.0, 0.0), (89.5, 0.0), (-100.0, 0.0),
