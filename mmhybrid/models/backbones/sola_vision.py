@@ -119,6 +119,7 @@ class SoLAVision(PyramidBackbone):
         hsb_routes (sequence, optional): override the arch's HSB routes,
             ``((src_stage, src_layer), (dst_stage, dst_layer))`` 1-based, from an
             'L' or 'G' layer to a deeper 'S' layer.
+        with_hsb (bool): build and use the Hidden State Bridges.
         pretrain_img_size (int): image size the position embedding is stored for.
         head_dim (int): channels per head of the 'S', 'W' and 'G' layers.
         hidden_rate (float): channel-mix expansion of the WKV layers.
@@ -129,6 +130,7 @@ class SoLAVision(PyramidBackbone):
             layers, carried from one 'S' layer to the next within a stage (see
             :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
         drop_path_rate (float): stochastic depth, linearly increasing per layer.
+        layer_scale_init_value (float, optional): enables LayerScale.
         out_indices, frozen_stages, norm_eval, with_cp, pretrained, init_cfg: see
             :class:`BaseBackbone`.
         window_size (int | sequence[int]): odd window of the 'W' layers, one for

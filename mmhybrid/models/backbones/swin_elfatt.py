@@ -22,7 +22,8 @@ class SwinELFATT(HierarchicalAttentionBackbone):
     """Swin with ELFATT / LOCAL / GLOBAL / EFFATT attention per stage.
 
     Args:
-        block_sizes (tuple[int]): ELFATT block per stage.
+        block_sizes (tuple[int]): ELFATT block per stage; 14x14 windows in
+            stages 1-3 (what Table 1-3's FLOPs of Swin-T/B-ELFATT imply).
         downsample (str, optional): patch merging between stages: ``'conv'``
             (3x3 stride-2 conv + LayerNorm, CSWin's merge block) or ``'linear'``
             (Swin's 2x2 concatenation + LayerNorm + linear, mmdet-compatible, the
