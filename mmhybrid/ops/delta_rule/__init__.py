@@ -36,8 +36,21 @@ def _fla(q, k, v, g, beta, **kwargs):
     return fn(q, k, v, g, beta, **kwargs)
 
 
-_BACKENDS = {'naive': naive_gated_delta_rule, 'chunk': chunk_gated_delta_rule,
-             'torch': chunk_gated_delta_rule, 'fla': _fla}
+def _on_both_directions(fn):
+    """``fn`` with ``bidirectional``, for backends without it: one call on the 2B
+    sequences and their reverses, the reversed read-outs flipped back and added."""
+    @functools.wraps(fn)
+    def wrapper(q, k, v, g, beta, bidirectional=False, **kwargs):
+        if not bidirectional:
+            return fn(q, k, v, g, beta, **kwargs)
+        o, state = fn(*(torch.cat((x, x.flip(1))) for x in (q, k, v, g, beta)), **kwargs)
+        return o[:len(q)] + o[len(q):].flip(1), state
+    return wrapper
+
+
+_BACKENDS = {'naive': _on_both_directions(naive_gated_delta_rule),
+             'chunk': chunk_gated_delta_rule, 'torch': chunk_gated_delta_rule,
+             'fla': _on_both_directions(_fla)}
 
 
 def default_backend(device_type, backend=None):
@@ -86,16 +99,10 @@ def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     if g.shape != q.shape[:3] or beta.shape != q.shape[:3]:
         raise ValueError(f'g and beta must be {tuple(q.shape[:3])}; got '
                          f'{tuple(g.shape)} and {tuple(beta.shape)}')
-    fn = _BACKENDS[default_backend(q.device.type, backend)]
-    kwargs = dict(scale=scale, initial_state=initial_state,
-                  output_final_state=output_final_state,
-                  use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
-    if fn is chunk_gated_delta_rule:
-        return fn(q, k, v, g, beta, bidirectional=bidirectional, **kwargs)
-    if not bidirectional:
-        return fn(q, k, v, g, beta, **kwargs)
-    o, state = fn(*(torch.cat((x, x.flip(1))) for x in (q, k, v, g, beta)), **kwargs)
-    return o[:len(q)] + o[len(q):].flip(1), state
+    return _BACKENDS[default_backend(q.device.type, backend)](
+        q, k, v, g, beta, scale=scale, initial_state=initial_state,
+        output_final_state=output_final_state,
+        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, bidirectional=bidirectional)
 
 
 __all__ = ['gated_delta_rule', 'chunk_gated_delta_rule', 'naive_gated_delta_rule',
