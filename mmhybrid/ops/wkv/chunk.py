@@ -137,7 +137,8 @@ def _stream(make, finish, K, E, w, L, segs, n_out):
     for t0, t1 in segs:
         X = make(t0, t1)
         C, B = X[0].shape[:2]
-        outs = outs or [X[0].new_empty(C, B, segs[-1][1]) for _ in range(n_out)] * (len(segs) > 1)
+        if len(segs) > 1 and not outs:  # (C, B, T) outputs, allocated once
+            outs = [X[0].new_empty(C, B, segs[-1][1]) for _ in range(n_out)]
         states.append(torch.stack([torch.bmm(Et, x.reshape(C, -1, L).transpose(1, 2))
                                    for x in X]).view(2, C, 4, B, -1))
     states = torch.cat(states, dim=-1).transpose(2, 3)
