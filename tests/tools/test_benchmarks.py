@@ -42,3 +42,28 @@ def test_case_over_its_time_cap_is_a_row(tmp_path):
     [row] = csv.DictReader(open(tmp_path / 'backbones_cpu.csv'))
     assert row['status'] == 'too slow (>0.01 s)' and row['model'] == 'mmseg-swin-t'
     assert not row.get('time_ms') and (tmp_path / 'backbones_cpu.png').stat().st_size > 0
+
+
+def _whole_image(*argv):
+    return subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'deploy' / 'benchmark.py'), '--whole-image',
+         *argv], capture_output=True, text=True, timeout=600, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1'))
+
+
+def test_whole_image_backbones_append_and_stop_at_the_cap(tmp_path):
+    """The whole-image benchmark's backbone mode: one row per size, --append keeps
+    the earlier rows, and a model over the time cap is not run at larger sizes."""
+    out, config = str(tmp_path / 'w'), 'configs/infinitevl/upernet_infinitevl-t_ade20k.py'
+    run = _whole_image('64', '--backbone-models', config, '--out', out)
+    assert run.returncode == 0, run.stderr[-2000:]
+    run = _whole_image('80', '--backbone-models', config, '--out', out, '--append')
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = list(csv.DictReader(open(out + '.csv')))
+    assert [(r['mode'], r['size']) for r in rows] == [('backbone', '64'), ('backbone', '80')]
+    assert all(float(r['time_s']) > 0 and float(r['peak_mib']) > 0 for r in rows)
+    assert (tmp_path / 'w.png').stat().st_size > 0
+    run = _whole_image('64', '96', '--backbone-models', config, '--out', out,
+                       '--time-cap', '0.5')
+    rows = list(csv.DictReader(open(out + '.csv')))
+    assert [(r['size'], r['error']) for r in rows] == [('64', 'over 0.5 s')]

@@ -11,9 +11,11 @@ process (``ru_maxrss``) above what it held after building the model.
 ``--whole-image SIZE ...`` benchmarks mmseg inference (``EncoderDecoder.inference``,
 the logits resized to the image) of whole segmentor configs at SIZE x SIZE instead:
 ``--models`` with ``test_cfg`` ``mode='whole'``, ``--slide-models`` with
-``mode='slide'`` (512^2 crops, stride 341, mmseg's ADE20K setting). One call per
+``mode='slide'`` (512^2 crops, stride 341, mmseg's ADE20K setting), and
+``--backbone-models``: the config's backbone alone on the whole image. One call per
 case, each case in its own process, ``--time-cap`` seconds each (a case over it is
-a row with the peak RSS it had reached); CSV and PNG under ``--out``.
+a row with the peak RSS it had reached, and the model's larger sizes are not run);
+CSV and PNG under ``--out``, ``--append`` keeping the rows already there.
 """
 import argparse
 import json
@@ -84,7 +86,7 @@ def whole_image_one(args):
     base = _rss_mib()
     start = time.perf_counter()
     with torch.inference_mode():
-        model.inference(x, [meta])
+        model.backbone(x) if args.mode == 'backbone' else model.inference(x, [meta])
     return dict(time_s=time.perf_counter() - start, peak_mib=_rss_mib(),
                 extra_mib=_rss_mib() - base)
 
@@ -92,9 +94,12 @@ def whole_image_one(args):
 def whole_image(args):
     """Every (model, size) case in its own process; returns the rows."""
     rows = []
-    for mode, models in (('whole', args.models), ('slide', args.slide_models)):
+    for mode, models in (('whole', args.models), ('slide', args.slide_models),
+                         ('backbone', args.backbone_models)):
         for model in models:
-            for size in args.whole_image:
+            for size in sorted(args.whole_image):
+                if rows and rows[-1]['model'] == model and 'error' in rows[-1]:
+                    break  # failed or over the cap at a smaller size
                 cmd = [sys.executable, __file__, model, '--shape', str(size),
                        str(size), '--mode', mode, '--runtime', 'eager']
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
@@ -109,21 +114,29 @@ def whole_image(args):
                         hwm = next(line for line in f if line.startswith('VmHWM'))
                     proc.kill()
                     proc.communicate()
-                    row.update(error=f'over {args.time_cap:.0f} s',
+                    row.update(error=f'over {args.time_cap:g} s',
                                peak_mib=int(hwm.split()[1]) / 1024)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
 
 
-def report_whole_image(rows, out):
+def report_whole_image(rows, out, append=False):
+    import csv
+
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
     from mmhybrid.utils.results import write_csv
-    write_csv(rows, out + '.csv',
-              ['model', 'mode', 'size', 'time_s', 'peak_mib', 'extra_mib', 'error'])
+    fields = ['model', 'mode', 'size', 'time_s', 'peak_mib', 'extra_mib', 'error']
+    if append and osp.exists(out + '.csv'):
+        with open(out + '.csv') as f:
+            old = [{k: v if k in ('model', 'mode', 'error') else
+                    int(v) if k == 'size' else float(v)
+                    for k, v in r.items() if v} for r in csv.DictReader(f)]
+        rows = old + rows
+    write_csv(rows, out + '.csv', fields)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for (model, mode) in dict.fromkeys((r['model'], r['mode']) for r in rows):
         done = [r for r in rows if (r['model'], r['mode']) == (model, mode)]
@@ -167,7 +180,12 @@ def parse_args(argv=None):
                         help='--whole-image: configs run with mode=whole')
     parser.add_argument('--slide-models', nargs='+', default=[],
                         help='--whole-image: configs run with mode=slide')
-    parser.add_argument('--mode', choices=('whole', 'slide'), help=argparse.SUPPRESS)
+    parser.add_argument('--backbone-models', nargs='+', default=[],
+                        help='--whole-image: configs whose backbone alone is run')
+    parser.add_argument('--append', action='store_true',
+                        help='--whole-image: keep the rows already in --out.csv')
+    parser.add_argument('--mode', choices=('whole', 'slide', 'backbone'),
+                        help=argparse.SUPPRESS)
     parser.add_argument('--time-cap', type=float, default=900.)
     parser.add_argument('--out', default='docs/figures/whole_image_cpu')
     return parser.parse_args(argv)
@@ -179,7 +197,7 @@ def main(argv=None):
         print(json.dumps(whole_image_one(args) if args.mode else run_one(args)))
         return 0
     if args.whole_image:
-        report_whole_image(whole_image(args), args.out)
+        report_whole_image(whole_image(args), args.out, args.append)
         return 0
     rows = []
     for runtime in args.runtimes:
