@@ -1,6 +1,7 @@
 """UPerNet backbones (our configs, mmseg's own) against mmseg's Swin-T, a process
 per case. CPU: backbone forward per size (ms, ratio, GMACs, GMAC/s, time exponent
-vs pixels from the smallest size, global softmax share) and one UPerNet training
+vs pixels from the smallest size, global softmax share, the matmul-type share of a
+profiled forward) and one UPerNet training
 step; GPU: the whole UPerNet, training (AMP) and whole-image inference."""
 import importlib
 import math
@@ -73,6 +74,44 @@ def global_softmax_share(module, x):
     return sum(spent) / total if hooks else None  # the last use of the module
 
 
+# matmul-type ops: dense (linear layers, convolutions) and batched small ones
+GEMMS = {'aten::mm': 'dense', 'aten::addmm': 'dense', 'aten::conv2d': 'dense',
+         'aten::bmm': 'batched', 'aten::baddbmm': 'batched',
+         'aten::scaled_dot_product_attention': 'batched'}
+
+
+def gemm_profile(module, x):
+    """Matmul-type work of one forward from the profiler, dense and batched: the
+    multiply-adds those ops execute (a chunked form's extra work and masked keys
+    included; SDPA's from its shapes), their rate, and the share of the forward's
+    CPU time they take. Everything else (elementwise, copies, norms, gathers) moves
+    memory: with it free, the forward would take the two shares of its time."""
+    from torch.profiler import ProfilerActivity, profile
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU],
+                                         with_flops=True, record_shapes=True) as prof:
+        module(x)
+    events = prof.events()
+    macs, spent = dict.fromkeys(('dense', 'batched'), 0.), dict.fromkeys(('dense', 'batched'), 0.)
+    for e in events:
+        parent = e.cpu_parent
+        while parent is not None and parent.name not in GEMMS:
+            parent = parent.cpu_parent
+        if e.name not in GEMMS or parent is not None:
+            continue  # not a GEMM, or inside one already counted
+        if e.name == 'aten::scaled_dot_product_attention':
+            (*batch, queries, d), (*_, keys, _), (*_, dv) = e.input_shapes[:3]
+            macs['batched'] += math.prod(batch) * queries * keys * (d + dv)
+        else:
+            macs[GEMMS[e.name]] += e.flops / 2
+        spent[GEMMS[e.name]] += e.cpu_time_total
+    total = sum(e.cpu_time_total for e in events if e.cpu_parent is None)
+    row = dict(gemm_share=sum(spent.values()) / total)
+    for kind in macs:
+        row.update({f'{kind}_gmacs': macs[kind] / 1e9, f'{kind}_share': spent[kind] / total,
+                    f'{kind}_gmac_per_s': macs[kind] / max(spent[kind], 1e-9) * 1e-3})
+    return row
+
+
 def single(case, args):
     """One case in this process."""
     from mmengine.structures import PixelData
@@ -109,7 +148,7 @@ def single(case, args):
     if case['extras']:
         from mmhybrid.analysis import count_flops
         row.update(gmacs=count_flops(module, x).total() / 1e9,
-                   global_share=global_softmax_share(module, x))
+                   global_share=global_softmax_share(module, x), **gemm_profile(module, x))
     return row
 
 
@@ -149,12 +188,16 @@ def main(args):
     for r in ok:
         src = first[(r['variant'], r['model'], r['mode'], r['size'])]
         r.setdefault('gmacs', src.get('gmacs'))
-        r.setdefault('global_share', src.get('global_share'))
+        for key in ('global_share', 'gemm_share', *(f'{kind}_{what}' for kind in (
+                'dense', 'batched') for what in ('gmacs', 'share', 'gmac_per_s'))):
+            r.setdefault(key, src.get(key))
         key = (r['malloc'], r['mode'], r['size'])  # this checkout's Swin-T, or the first's
         base = ref.get((r['variant'], *key)) or ref.get((next(iter(variants)), *key))
         if base:
             r.update(vs_swin_t=r['time_ms'] / base['time_ms'],
                      mem_vs_swin_t=r['peak_mb'] / base['peak_mb'])
+            if r.get('gemm_share'):
+                r['gemm_only_vs_swin_t'] = r['vs_swin_t'] * r['gemm_share']
         if r['gmacs']:
             r['gmac_per_s'] = r['gmacs'] / r['time_ms'] * 1e3
         low = first[(r['variant'], r['model'], r['mode'], r['malloc'])]
@@ -169,6 +212,10 @@ def main(args):
                ('GMACs', 'gmacs', '.1f'), ('GMAC/s', 'gmac_per_s', '.1f'),
                ('exponent from smallest size', 'exponent', '.2f'),
                ('global softmax share', 'global_share', '.0%'),
+               *((f'{kind} GEMM {name}', f'{kind}_{key}', fmt) for kind in ('dense', 'batched')
+                 for name, key, fmt in (('GMACs', 'gmacs', '.1f'), ('share', 'share', '.0%'),
+                                        ('GMAC/s', 'gmac_per_s', '.1f'))),
+               ('GEMMs alone vs Swin-T', 'gemm_only_vs_swin_t', '.2f'),
                ('peak MB', 'peak_mb', '.0f'), ('status', 'status', '')]
     report(args, f'backbones_{args.device}', title, rows, columns, 'pixels',
            {'time_ms': 'time per image [ms]', 'gmac_per_s': 'GMAC/s'},
