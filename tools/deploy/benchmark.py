@@ -91,6 +91,35 @@ def whole_image_one(args):
                 extra_mib=_rss_mib() - base)
 
 
+def _watched(cmd, cap):
+    """Run one case, reading its peak RSS (``VmHWM``) every second: its JSON result,
+    or an error with the peak it had reached (over ``cap`` seconds, or killed, e.g.
+    by the kernel when memory ran out)."""
+    with tempfile.TemporaryFile('w+') as out, tempfile.TemporaryFile('w+') as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True,
+                                env=dict(os.environ, OMP_NUM_THREADS='1'))
+        start, peak = time.perf_counter(), 0.
+        while proc.poll() is None and time.perf_counter() - start < cap:
+            try:
+                with open(f'/proc/{proc.pid}/status') as f:
+                    hwm = next(line for line in f if line.startswith('VmHWM'))
+                peak = max(peak, int(hwm.split()[1]) / 1024)
+            except (OSError, StopIteration):  # it ended between poll and open
+                pass
+            time.sleep(1)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            return dict(error=f'over {cap:g} s', peak_mib=peak)
+        if proc.returncode:
+            err.seek(0)
+            why = (err.read().strip().splitlines() or [''])[-1][-120:]
+            return dict(error=f'exit {proc.returncode}: {why}' if proc.returncode > 0
+                        else f'killed by signal {-proc.returncode}', peak_mib=peak)
+        out.seek(0)
+        return json.loads(out.read().strip().splitlines()[-1])
+
+
 def whole_image(args):
     """Every (model, size) case in its own process; returns the rows."""
     rows = []
@@ -102,20 +131,8 @@ def whole_image(args):
                     break  # failed or over the cap at a smaller size
                 cmd = [sys.executable, __file__, model, '--shape', str(size),
                        str(size), '--mode', mode, '--runtime', 'eager']
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
-                                        env=dict(os.environ, OMP_NUM_THREADS='1'))
                 row = dict(model=model, mode=mode, size=size)
-                try:
-                    out, _ = proc.communicate(timeout=args.time_cap)
-                    row.update(json.loads(out.strip().splitlines()[-1]) if
-                               proc.returncode == 0 else dict(error='failed'))
-                except subprocess.TimeoutExpired:
-                    with open(f'/proc/{proc.pid}/status') as f:
-                        hwm = next(line for line in f if line.startswith('VmHWM'))
-                    proc.kill()
-                    proc.communicate()
-                    row.update(error=f'over {args.time_cap:g} s',
-                               peak_mib=int(hwm.split()[1]) / 1024)
+                row.update(_watched(cmd, args.time_cap))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
