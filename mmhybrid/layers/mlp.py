@@ -36,8 +36,26 @@ def conv_in_bands(x, hw_shape, before, conv, after, band_tokens=8192):
     return torch.cat(outs, 1)
 
 
+def in_token_slices(fn, *xs, tokens):
+    """``fn(*xs)`` for (..., C) token tensors of the same leading sizes, in slices of
+    ``tokens`` of their flattened tokens: the wide hidden activation of an MLP is
+    then a slice's, in cache and never a fresh, page-faulted allocation of its own
+    (on the CPU; at 9216^2 InfViT-Linear's whole-map MLP hidden would be 6 GB). One
+    call under a tracer (a loop over a symbolic count pins the size) and on a GPU
+    under autograd (the slices would keep their hiddens for backward all the same,
+    and cost kernel launches)."""
+    flat = [x.reshape(-1, x.shape[-1]) for x in xs]
+    n = flat[0].shape[0]
+    if is_tracing() or n <= tokens or (flat[0].is_cuda and torch.is_grad_enabled()):
+        out = fn(*flat)
+    else:
+        out = torch.cat([fn(*(x[i:i + tokens] for x in flat)) for i in range(0, n, tokens)])
+    return out.view(*xs[0].shape[:-1], -1)
+
+
 class Mlp(nn.Module):
-    """The ViT feed-forward block ``fc2(GELU(fc1(x)))``."""
+    """The ViT feed-forward block ``fc2(GELU(fc1(x)))``, in token slices whose
+    hidden activation holds about 2^21 values (:func:`in_token_slices`)."""
 
     def __init__(self, dims, mlp_ratio=4.):
         super().__init__()
@@ -45,9 +63,11 @@ class Mlp(nn.Module):
         self.fc1 = nn.Linear(dims, hidden)
         self.act = nn.GELU()
         self.fc2 = nn.Linear(hidden, dims)
+        self.slice_tokens = max(2**21 // hidden, 1)
 
     def forward(self, x, hw_shape=None):
-        return self.fc2(self.act(self.fc1(x)))
+        return in_token_slices(lambda h: self.fc2(self.act(self.fc1(h))), x,
+                               tokens=self.slice_tokens)
 
 
 class ConvMlp(Mlp):

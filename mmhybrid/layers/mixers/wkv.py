@@ -5,11 +5,10 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
 from mmhybrid.ops import bi_wkv, quad_token_shift
-from mmhybrid.ops.tracing import is_tracing
 from ..block import MixerState
+from ..mlp import in_token_slices
 
-# ChannelMix runs on slices of this many tokens: its (tokens, 4 C) hidden activation
-# then stays in cache and is never a fresh, page-faulted allocation of its own
+# ChannelMix runs on slices of this many tokens (see in_token_slices)
 SLICE_TOKENS = 2048
 
 
@@ -106,8 +105,6 @@ class ChannelMix(nn.Module):
     def forward(self, x, hw_shape):
         shifted = quad_token_shift(x, hw_shape)
         mu_k, mu_r = self.shift_mix.mix.to(x.dtype)
-        B, N, C = x.shape
-        x, shifted = x.reshape(-1, C), shifted.view(-1, C)
 
         def mix(xi, si):
             # ReLU in place: the projection's output is not kept by its backward
@@ -115,8 +112,4 @@ class ChannelMix(nn.Module):
             r = torch.sigmoid(self.receptance(torch.lerp(si, xi, mu_r)))
             return r * self.value(self.key_norm(k * k))
 
-        # one slice under a tracer: a loop over a symbolic count pins the size
-        if is_tracing() or x.shape[0] <= SLICE_TOKENS:
-            return mix(x, shifted).view(B, N, C)
-        return torch.cat([mix(x[i:i + SLICE_TOKENS], shifted[i:i + SLICE_TOKENS])
-                          for i in range(0, x.shape[0], SLICE_TOKENS)]).view(B, N, C)
+        return in_token_slices(mix, x, shifted, tokens=SLICE_TOKENS)
