@@ -80,12 +80,20 @@ GEMMS = {'aten::mm': 'dense', 'aten::addmm': 'dense', 'aten::conv2d': 'dense',
          'aten::scaled_dot_product_attention': 'batched'}
 
 
+def _gemm_kind(event):
+    """'dense', 'batched' or None (not a matmul; a depth-wise conv moves memory)."""
+    if event.name == 'aten::conv2d' and event.input_shapes[1][1] == 1:
+        return None
+    return GEMMS.get(event.name)
+
+
 def gemm_profile(module, x):
     """Matmul-type work of one forward from the profiler, dense and batched: the
     multiply-adds those ops execute (a chunked form's extra work and masked keys
     included; SDPA's from its shapes), their rate, and the share of the forward's
-    CPU time they take. Everything else (elementwise, copies, norms, gathers) moves
-    memory: with it free, the forward would take the two shares of its time."""
+    CPU time they take. Everything else (elementwise, copies, norms, gathers,
+    depth-wise convs) moves memory: with it free, the forward would take the two
+    shares of its time."""
     from torch.profiler import ProfilerActivity, profile
     with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU],
                                          with_flops=True, record_shapes=True) as prof:
@@ -93,17 +101,17 @@ def gemm_profile(module, x):
     events = prof.events()
     macs, spent = dict.fromkeys(('dense', 'batched'), 0.), dict.fromkeys(('dense', 'batched'), 0.)
     for e in events:
-        parent = e.cpu_parent
-        while parent is not None and parent.name not in GEMMS:
+        parent, kind = e.cpu_parent, _gemm_kind(e)
+        while parent is not None and _gemm_kind(parent) is None:
             parent = parent.cpu_parent
-        if e.name not in GEMMS or parent is not None:
+        if kind is None or parent is not None:
             continue  # not a GEMM, or inside one already counted
         if e.name == 'aten::scaled_dot_product_attention':
             (*batch, queries, d), (*_, keys, _), (*_, dv) = e.input_shapes[:3]
-            macs['batched'] += math.prod(batch) * queries * keys * (d + dv)
+            macs[kind] += math.prod(batch) * queries * keys * (d + dv)
         else:
-            macs[GEMMS[e.name]] += e.flops / 2
-        spent[GEMMS[e.name]] += e.cpu_time_total
+            macs[kind] += e.flops / 2
+        spent[kind] += e.cpu_time_total
     total = sum(e.cpu_time_total for e in events if e.cpu_parent is None)
     row = dict(gemm_share=sum(spent.values()) / total)
     for kind in macs:

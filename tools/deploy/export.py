@@ -84,8 +84,8 @@ class DetectorRPN(nn.Module):
     """An mmdet two-stage detector from images to its first stage's raw outputs:
     the neck's feature maps, then the RPN's class scores and box deltas per level.
     The RoI stage (proposal decoding and NMS, RoIAlign, box and mask heads) is not
-    in the graph: mmcv's NMS and RoIAlign are custom ops of no ONNX opset, and the
-    number of boxes depends on the values; run it in PyTorch on these outputs."""
+    in the graph (mmcv's NMS has no ONNX mapping, and the number of boxes depends
+    on the values; docs/deploy.md); run it in PyTorch on these outputs."""
 
     def __init__(self, detector):
         super().__init__()
