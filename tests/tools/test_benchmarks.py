@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -67,3 +69,31 @@ def test_whole_image_backbones_append_and_stop_at_the_cap(tmp_path):
                        '--time-cap', '0.5')
     rows = list(csv.DictReader(open(out + '.csv')))
     assert [(r['size'], r['error']) for r in rows] == [('64', 'over 0.5 s')]
+
+
+def test_gemm_profile_counts_the_matmuls_it_executes():
+    """The backbones suite's profile: dense GEMMs (linear, full conv), batched ones
+    (bmm, SDPA) with their multiply-adds, a depth-wise conv in neither."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    sys.path.insert(0, str(ROOT / 'tools' / 'benchmarks'))
+    from backbones import gemm_profile
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+            self.fc = nn.Linear(8, 12)
+
+        def forward(self, x):  # (1, 3, 5, 7) -> 35 tokens
+            t = self.fc(self.dw(self.conv(x)).flatten(2).transpose(1, 2))  # (1, 35, 12)
+            q = t.view(1, 35, 3, 4).transpose(1, 2)  # (1, 3, 35, 4)
+            return F.scaled_dot_product_attention(q, q, q) + torch.bmm(t, t.mT)[:, :1, :1]
+
+    row = gemm_profile(Net(), torch.randn(1, 3, 5, 7))
+    assert row['dense_gmacs'] * 1e9 == 35 * 8 * 3 * 9 + 35 * 8 * 12
+    assert row['batched_gmacs'] * 1e9 == 3 * 35 * 35 * (4 + 4) + 35 * 35 * 12
+    assert 0 < row['gemm_share'] < 1
+    assert row['dense_share'] + row['batched_share'] == pytest.approx(row['gemm_share'])
