@@ -1,4 +1,5 @@
-"""The benchmark runner (tools/benchmarks/run.py): a tiny ops suite end to end."""
+"""The benchmark tools end to end on small cases: the runner (tools/benchmarks),
+its backbone profile, and the whole-image benchmark (tools/deploy/benchmark.py)."""
 import csv
 import os
 import subprocess
