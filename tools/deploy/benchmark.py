@@ -127,14 +127,14 @@ def whole_image(args):
                          ('backbone', args.backbone_models)):
         for model in models:
             for size in sorted(args.whole_image):
-                if rows and rows[-1]['model'] == model and 'error' in rows[-1]:
-                    break  # failed or over the cap at a smaller size
                 cmd = [sys.executable, __file__, model, '--shape', str(size),
                        str(size), '--mode', mode, '--runtime', 'eager']
                 row = dict(model=model, mode=mode, size=size)
                 row.update(_watched(cmd, args.time_cap))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                if 'error' in row:
+                    break  # failed or over the cap: larger sizes are not run
     return rows
 
 
