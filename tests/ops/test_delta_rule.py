@@ -6,6 +6,7 @@ from mmhybrid.ops import gated_delta_rule
 from mmhybrid.ops.delta_rule import (chunk_gated_delta_rule, default_backend,
                                      fla_gated_delta_rule, l2norm,
                                      naive_gated_delta_rule)
+from mmhybrid.ops.delta_rule.recurrence import affine_recurrence, state_recurrence
 
 
 def inputs(B, T, H, K, V, dtype=torch.float64, decay=0.5, state=True,
@@ -241,6 +242,50 @@ def test_fla_agrees_with_chunk(dtype):
                           theirs, ours):
         err = (a.float() - b.float()).abs().max() / b.float().abs().max()
         assert err < tol, (name, err.item())
+
+
+def test_compiled_recurrence_op_has_the_loops_gradients():
+    """The custom op torch.compile sees (and its reverse-recurrence backward)
+    against autograd through the Python loop, in float64."""
+    torch.manual_seed(0)
+    trans = (0.3 * torch.randn(5, 2, 4, 4, dtype=torch.float64)).requires_grad_()
+    bias = torch.randn(5, 2, 4, 3, dtype=torch.float64, requires_grad=True)
+    state = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    weights = [torch.randn(5, 2, 4, 3, dtype=torch.float64),
+               torch.randn(2, 4, 3, dtype=torch.float64)]
+    results = []
+    for fn in (state_recurrence, affine_recurrence):
+        outs = fn(trans, bias, state)
+        grads = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outs, weights)),
+                                    (trans, bias, state))
+        results.append([o.detach() for o in outs] + list(grads))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_inductor_compiles_the_chunk_form_without_fullgraph():
+    """``torch.compile`` as mmengine's ``compile=True`` calls it (inductor, graph
+    breaks allowed): inductor's lowering of ``scan`` needs a whole-graph capture
+    (torch 2.14), so under torch.compile the recurrence is a custom op."""
+    import torch._dynamo
+    torch.manual_seed(0)
+    args = [t.float() for t in inputs(1, 40, 2, 4, 4, state=False)[:5]]
+
+    def op(q, k, v, g, beta):
+        return chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=8,
+                                      segment_size=16,
+                                      use_qk_l2norm_in_kernel=True)[0]
+
+    results = []
+    torch._dynamo.reset()
+    for fn in (op, torch.compile(op)):
+        leaves = [t.clone().requires_grad_() for t in args]
+        out = fn(*leaves)
+        out.pow(2).sum().backward()
+        results.append([out.detach()] + [t.grad for t in leaves])
+    torch._dynamo.reset()
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_chunk_traces_whole_for_export_and_compile():

@@ -38,18 +38,17 @@ needed only as ``dV_beta = T^T dDelta``, and then ``dA = -dV_beta Delta^T``
 Under a tracer (:func:`mmhybrid.ops.tracing.is_tracing`) one graph must hold for
 every length: plain ops that autograd differentiates, a fixed chunk length, one
 segment padded to whole chunks by size arithmetic, and the state recurrence as a
-loop the graph keeps (a scripted loop, an ONNX ``Loop``, under ``torch.jit.trace``;
-the ``scan`` higher-order op, an ONNX ``Scan``, under dynamo).
+loop the graph keeps, in the form each tracer needs (:mod:`.recurrence`).
 """
 import functools
 
 import torch
 import torch.nn.functional as F
-from torch._higher_order_ops import scan
 from torch.autograd.function import once_differentiable
 
 from ..tracing import is_tracing, no_autocast
 from .naive import L2NORM_EPS
+from .recurrence import recurrence
 
 
 def unit_lower_inverse(a):
@@ -109,35 +108,6 @@ def _rowdot(a, b):
     return (a * b).sum(-1, keepdim=True)
 
 
-def state_recurrence(trans, bias, state):
-    """``M_{i+1} = trans_i M_i + bias_i`` over the chunks: the states entering
-    each chunk, stacked, and the one leaving the last."""
-    states = []
-    for i in range(trans.shape[0]):
-        states.append(state)
-        state = torch.baddbmm(bias[i], trans[i], state)
-    return torch.stack(states), state
-
-
-def _scan_step(state, x):
-    return torch.baddbmm(x[1], x[0], state), state.clone()  # no aliased output
-
-
-@functools.cache
-def _scripted_recurrence():
-    return torch.jit.script(state_recurrence)
-
-
-def _recurrence(trans, bias, state):
-    """:func:`state_recurrence` in the form the current tracer keeps as a loop."""
-    if torch.jit.is_tracing():
-        return _scripted_recurrence()(trans, bias, state)
-    if torch.compiler.is_compiling():
-        state, states = scan(_scan_step, state, (trans, bias))
-        return states, state
-    return state_recurrence(trans, bias, state)
-
-
 def _masks(chunk, device):
     """(C, C) bool mask of j <= r, and the (2, C, C) float masks strictly lower
     (for A) and lower with the diagonal (for the intra-chunk scores P); made from
@@ -184,7 +154,7 @@ def _segment_forward(q, k, v, g, beta, state, scale, l2norm, save):
     bias, kw = (k_out.transpose(-1, -2) @ uw).split((V, K), -1)
     eye = torch.eye(K, dtype=q.dtype, device=q.device)
     trans = (gamma[..., None] * eye - kw).reshape(n, B * H, K, K)
-    s_in, state = _recurrence(trans, bias.reshape(n, B * H, K, V), state)
+    s_in, state = recurrence(trans, bias.reshape(n, B * H, K, V), state)
     s_in = s_in.view(n, B, H, K, V)
     delta = _baddbmm(u, w, s_in, alpha=-1)
     qg = q * eG[..., None]
