@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from mmhybrid.ops import sliding_window_attention
-from mmhybrid.ops.sliding_window import neighbourhood_mask
+from mmhybrid.ops.sliding_window import halo, neighbourhood_mask
 
 
 def qkv(B, heads, H, W, d, dtype=torch.float64):
@@ -56,10 +56,17 @@ def test_halo_gradients_match_naive(H, W, window):
         torch.testing.assert_close(a, b)
 
 
-def test_default_tiles_on_a_map_larger_than_the_window():
+@pytest.mark.parametrize('band_queries', [1, 700, halo.BAND_QUERIES])
+def test_default_tiles_on_a_map_larger_than_the_window(band_queries, monkeypatch):
     """7x7 windows on a 30x37 map: the default (8x8) tiles with border tiles
-    that are partly padding; forward and gradients against the N x N mask."""
+    that are partly padding; forward and gradients against the N x N mask, and
+    inference in bands of 1, 2 or all 4 tile rows (eager's streaming)."""
+    monkeypatch.setattr(halo, 'BAND_QUERIES', band_queries)
     tensors = qkv(1, 2, 30, 37, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            sliding_window_attention(*tensors, (30, 37), 7),
+            sliding_window_attention(*tensors, (30, 37), 7, backend='naive'))
     out = []
     for backend in ('naive', 'halo'):
         q, k, v = (t.clone().requires_grad_() for t in tensors)

@@ -6,7 +6,7 @@ everywhere) or ``naive`` (an explicit N x N mask; the reference for tests) by th
 rule of :mod:`mmhybrid.ops.dispatch`.
 """
 from ..dispatch import choose_backend
-from .halo import halo_sliding_window_attention, tile_plan
+from .halo import halo_sliding_window_attention
 from .naive import (naive_sliding_window_attention, neighbourhood_mask,
                     window_pairs)
 
@@ -67,4 +67,4 @@ def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
 
 __all__ = ['sliding_window_attention', 'halo_sliding_window_attention',
            'naive_sliding_window_attention', 'neighbourhood_mask',
-           'window_pairs', 'tile_plan']
+           'window_pairs']

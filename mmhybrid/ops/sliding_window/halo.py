@@ -5,11 +5,12 @@ tile's queries all lie inside one ``(tile + window - 1)^2`` key region (the tile
 plus a halo of ``window // 2`` on each side, shifted inwards at the borders), so
 every tile is one small dense attention over its region with an additive mask
 that keeps each query to its own ``window x window`` neighbourhood. The regions
-are gathered with one ``index_select`` of flat token indices, and all tiles go to
-a single ``F.scaled_dot_product_attention`` call (fused kernels on CPU and GPU,
-no N x N matrix anywhere): memory is ``O(N (tile + window - 1)^2 / tile^2)`` per
-channel instead of ``O(N^2)``. On a map so small that the tiles' regions hold more
-query-key pairs than N^2, the whole map is one tile (the masked dense attention).
+are gathered with one ``index_select`` of flat token indices, and the tiles of a
+band of tile rows go to one ``F.scaled_dot_product_attention`` call (fused kernels
+on CPU and GPU, no N x N matrix anywhere): memory is ``O(N (tile + window - 1)^2 /
+tile^2)`` per channel instead of ``O(N^2)``, and in inference only a band's worth
+at a time. On a map so small that the tiles' regions hold more query-key pairs
+than N^2, the whole map is one tile (the masked dense attention).
 
 The indices and the mask are arithmetic on ``arange``s of the map's sizes (no
 cache keyed on sizes, nothing read back from tensors), so compilers and exporters
@@ -22,6 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from ..tracing import is_tracing
+
+# inference: query tokens (times batch) per band of tile rows. At 256^2 tokens,
+# 96 channels, one CPU thread, bands of 4096 queries took 0.55x the time of one
+# call over the map (docs/benchmarks.md).
+BAND_QUERIES = 4096
 
 
 def _axis_tiles(size, window, tile, device):
@@ -48,18 +54,14 @@ def _axis_tiles(size, window, tile, device):
     return keys.clamp(max=size - 1), mask, tile
 
 
-def tile_plan(hw_shape, window_size, tile_size, device, dtype=torch.float32):
-    """The flat key indices of every tile's region, (tiles * region,) row-major,
-    and the additive (1, tiles, th * tw, region) mask; with the tile size used
-    and the number of tiles per column and row."""
-    (H, W), (wh, ww), (th, tw) = hw_shape, window_size, tile_size
-    rows, row_mask, th = _axis_tiles(H, wh, th, device)
-    cols, col_mask, tw = _axis_tiles(W, ww, tw, device)
-    nh, nw = rows.shape[0], cols.shape[0]
-    index = (rows[:, None, :, None] * W + cols[None, :, None, :]).reshape(-1)
+def band_plan(rows, row_mask, cols, col_mask, width, dtype=torch.float32):
+    """The flat key indices of the regions of some tile rows' tiles, (tiles *
+    region,) row-major, and their additive (1, tiles, th * tw, region) mask, from
+    the per-axis plans of :func:`_axis_tiles`."""
+    index = (rows[:, None, :, None] * width + cols[None, :, None, :]).reshape(-1)
     mask = row_mask[:, None, :, None, :, None] + col_mask[None, :, None, :, None, :]
-    mask = mask.reshape(1, nh * nw, th * tw, rows.shape[1] * cols.shape[1])
-    return index, mask.to(dtype), (th, tw), (nh, nw)
+    nh, nw, th, tw = mask.shape[:4]
+    return index, mask.reshape(1, nh * nw, th * tw, -1).to(dtype)
 
 
 def pairs_per_tiling(hw_shape, window_size, tile_size):
@@ -88,18 +90,47 @@ def halo_sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
         if not is_tracing() and pairs_per_tiling(hw_shape, window_size,
                                                  tile_size) >= N * N:
             tile_size = (H, W)
-    index, mask, (th, tw), (nh, nw) = tile_plan(
-        hw_shape, window_size, tile_size, q.device, q.dtype)
-    tiles = nh * nw
-
-    # queries: pad the grid to whole tiles -> (B * heads, tiles, th * tw, d)
-    q = F.pad(q.reshape(B * heads, H, W, d), (0, 0, 0, nw * tw - W, 0, nh * th - H))
-    q = q.view(B * heads, nh, th, nw, tw, d).transpose(2, 3)
-    q = q.reshape(B * heads, tiles, th * tw, d)
-    # keys and values: every tile's region, (B * heads, tiles, region, d)
-    k, v = (x.reshape(B * heads, N, -1).index_select(1, index).view(
-        B * heads, tiles, -1, x.shape[-1]) for x in (k, v))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    out = out.view(B, heads, nh, nw, th, tw, -1).transpose(3, 4)
-    out = out.reshape(B, heads, nh * th, nw * tw, -1)[:, :, :H, :W]
-    return out.reshape(B, heads, N, -1)
+    rows, row_mask, th = _axis_tiles(H, window_size[0], tile_size[0], q.device)
+    cols, col_mask, tw = _axis_tiles(W, window_size[1], tile_size[1], q.device)
+    nh, nw = rows.shape[0], cols.shape[0]
+    q = q.view(B, heads, H, W, d)
+    # inference: bands of tile rows, so that every temporary stays small (in
+    # cache, below the allocator's mmap threshold); one band under a tracer (a
+    # loop over a symbolic count pins the size) and under autograd (each band's
+    # gather would scatter its gradient into a full-size zero tensor)
+    whole = is_tracing() or (torch.is_grad_enabled() and any(
+        x.requires_grad for x in (q, k, v)))
+    band = nh if whole else max(1, BAND_QUERIES // (B * nw * th * tw))
+    # keys and values token-major, (B * N, heads * d): a view of a mixer's fused
+    # qkv (a copy otherwise), whose rows index_select takes in place (a strided
+    # per-head view it would copy whole at every call)
+    k, v = (x.transpose(1, 2).reshape(B * N, -1) for x in (k, v))
+    first_token = torch.arange(B, device=q.device)[:, None] * N
+    out, bands = None, [0] if whole else range(0, nh, band)
+    for first in bands:
+        part = slice(first, first + band)
+        index, mask = band_plan(rows[part], row_mask[part], cols, col_mask, W,
+                                q.dtype)
+        nb, tiles = rows[part].shape[0], mask.shape[1]
+        # queries: the band's rows padded to whole tiles -> (B * heads, tiles,
+        # th * tw, d)
+        qb = q[:, :, first * th:(first + nb) * th]
+        qb = F.pad(qb, (0, 0, 0, nw * tw - W, 0, nb * th - qb.shape[2]))
+        qb = qb.reshape(B * heads, nb, th, nw, tw, d).transpose(2, 3)
+        qb = qb.reshape(B * heads, tiles, th * tw, d)
+        # keys and values: every tile's region, (B * heads, tiles, region, d)
+        index = (first_token + index).view(-1)
+        kb, vb = (x.index_select(0, index).view(B, tiles, -1, heads, x.shape[1] // heads)
+                  .permute(0, 3, 1, 2, 4).flatten(0, 1) for x in (k, v))
+        ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
+        # -> token-major rows (B, band rows, padded width, heads, d_v)
+        ob = ob.view(B, heads, nb, nw, th, tw, -1).permute(0, 2, 4, 3, 5, 1, 6)
+        ob = ob.reshape(B, nb * th, nw * tw, heads, -1)
+        if len(bands) == 1:
+            out = ob
+        else:  # the bands' rows written in place, never all held at once
+            out = ob.new_empty(B, nh * th, nw * tw, heads, ob.shape[-1]) \
+                if out is None else out
+            out[:, first * th:(first + nb) * th] = ob
+    # (B, heads, N, d_v) as a view of token-major memory
+    return out[:, :H, :W].reshape(B, N, heads, -1).transpose(1, 2)
