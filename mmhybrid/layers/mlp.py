@@ -21,19 +21,21 @@ def map_to_tokens(x):
 def conv_in_bands(x, hw_shape, before, conv, after, band_tokens=8192):
     """``after(conv(before(x)))`` for (B, H*W, C) tokens and a 'same'-padded conv
     on the token map. Eager, in bands of whole rows of about ``band_tokens``
-    tokens (plus ``conv.padding`` recomputed halo rows each side): the wide
-    intermediates stay a band's, in cache and below the allocator's mmap
-    threshold (ConvMlp: 1.3x / 1.6x faster at 256^2 / 128^2 tokens, one CPU
-    thread, loaded machine)."""
+    tokens (plus ``conv.padding`` recomputed halo rows each side), each band
+    written into the output as it comes: the wide intermediates stay a band's,
+    in cache and below the allocator's mmap threshold (ConvMlp: 1.3x / 1.6x
+    faster at 256^2 / 128^2 tokens, one CPU thread, loaded machine)."""
     H, W = hw_shape
     if is_tracing() or band_tokens >= H * W:
         return after(map_to_tokens(conv(tokens_to_map(before(x), hw_shape))))
-    rows, halo, outs = max(band_tokens // W, 1), conv.padding[0], []
+    rows, halo, out = max(band_tokens // W, 1), conv.padding[0], None
     for top in range(0, H, rows):
         a, b = max(top - halo, 0), min(top + rows + halo, H)
         h = conv(tokens_to_map(before(x[:, a * W:b * W]), (b - a, W)))
-        outs.append(after(map_to_tokens(h[:, :, top - a:min(top + rows, H) - a])))
-    return torch.cat(outs, 1)
+        band = after(map_to_tokens(h[:, :, top - a:min(top + rows, H) - a]))
+        out = band.new_empty(x.shape[0], H * W, band.shape[-1]) if out is None else out
+        out[:, top * W:(top + rows) * W] = band
+    return out
 
 
 def in_token_slices(fn, *xs, tokens):
@@ -49,7 +51,11 @@ def in_token_slices(fn, *xs, tokens):
     if is_tracing() or n <= tokens or (flat[0].is_cuda and torch.is_grad_enabled()):
         out = fn(*flat)
     else:
-        out = torch.cat([fn(*(x[i:i + tokens] for x in flat)) for i in range(0, n, tokens)])
+        out = None
+        for i in range(0, n, tokens):
+            piece = fn(*(x[i:i + tokens] for x in flat))
+            out = piece.new_empty(n, piece.shape[-1]) if out is None else out
+            out[i:i + tokens] = piece
     return out.view(*xs[0].shape[:-1], -1)
 
 

@@ -67,10 +67,16 @@ class AttentionMixer(nn.Module):
         """LePE term L(V) on the whole image, (B, N, C)."""
         return map_to_tokens(self.lepe(tokens_to_map(v, hw_shape)))
 
-    def forward(self, x, hw_shape, state=MixerState()):
+    def attention(self, x, hw_shape, state):
+        """``Attention(Q, K, V) + L(V)``, (B, N, inner). The fused q, k, v are
+        this method's locals: freed when it returns, before ``proj`` allocates."""
         B, N, _ = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.dims).unbind(2)
         out, state = self.attend(q, k, v, hw_shape, state)
         if self.lepe is not None:
             out = out + self.positional(v, hw_shape)
+        return out, state
+
+    def forward(self, x, hw_shape, state=MixerState()):
+        out, state = self.attention(x, hw_shape, state)
         return self.proj_drop(self.proj(out)), state

@@ -62,7 +62,10 @@ class BidirectionalGatedDeltaNet(nn.Module):
                        math.log(1e-3)).clamp(min=1e-4)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1
 
-    def forward(self, x, hw_shape, state=MixerState()):
+    def scan(self, x, hw_shape):
+        """The summed read-out of both scans, (B, N, heads, head_v_dim). Its
+        projections are this method's locals: they are freed when it returns,
+        before the output gate and norm make their own full-size temporaries."""
         B, N, _ = x.shape
         qkv = (F.silu(self.qkv(x)) if self.conv is None else
                conv_in_bands(x, hw_shape, self.qkv, self.conv, F.silu))
@@ -73,10 +76,13 @@ class BidirectionalGatedDeltaNet(nn.Module):
         # the sizes of unflatten's output
         q, k, v = (t.reshape(B, N, self.num_heads, -1)
                    for t in qkv.split(self.split, dim=-1))
-        # forward scan on the row-major sequence plus backward scan on its
-        # reverse, (B, N, heads, head_v_dim)
-        hidden, _ = gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
-                                     bidirectional=True)
+        # forward scan on the row-major sequence plus backward scan on its reverse
+        return gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
+                                bidirectional=True)[0]
+
+    def forward(self, x, hw_shape, state=MixerState()):
+        B, N, _ = x.shape
+        hidden = self.scan(x, hw_shape)
         gate = F.silu(self.g_proj(x)).reshape(B, N, self.num_heads, -1)
         # the per-head RMSNorm in float32 whatever the autocast / parameter dtype,
         # written out (ONNX has no RMSNormalization before opset 23)

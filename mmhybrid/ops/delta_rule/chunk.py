@@ -242,13 +242,20 @@ def _segment_inputs(tensors, start, stop, chunk, both, extra=0):
     return [take(x) for x in tensors]
 
 
-def _merge(pieces, B, both):
-    """Per-segment (B or 2B, L, ...) results -> (B, T, ...): the forward ones,
-    plus (``both``) the reversed sequences' flipped back into place."""
-    out = torch.cat([x[:B] for x in pieces], 1)
+def _fold(piece, B, both):
+    """A whole sequence's (B or 2B, T, ...) result -> (B, T, ...): the forward
+    sequences' plus (``both``) the reversed ones' flipped back into place."""
+    return piece[:B] + piece[B:].flip(1) if both else piece
+
+
+def _add_segment(out, piece, start, stop, both):
+    """:func:`_fold` for one segment, added into ``out`` (B, T, ...) in place: the
+    forward sequences' result at [start, stop), the reversed ones' flipped back
+    into [T - stop, T - start). The segments' results are never all held at once."""
+    B, T = out.shape[:2]
+    out[:, start:stop] += piece[:B]
     if both:
-        out = out + torch.cat([x[B:].flip(1) for x in pieces[::-1]], 1)
-    return out
+        out[:, T - stop:T - start] += piece[B:].flip(1)
 
 
 def _forward(q, k, v, g, beta, state, scale, chunk, segment, l2norm, both,
@@ -259,18 +266,25 @@ def _forward(q, k, v, g, beta, state, scale, chunk, segment, l2norm, both,
     V, S = v.shape[-1], B * (1 + both)
     state = (q.new_zeros(S * H, K, V) if state is None else
              state.reshape(S * H, K, V))
-    outs, saved = [], []
-    # traced: one segment; under dynamo a chunk more: two at least, so that
-    # torch.export keeps the chunk count symbolic (it specialises sizes of 1)
+    out, saved = None, []
+    # traced: one segment (plain ops, no in-place writes); under dynamo a chunk
+    # more: two at least, so that torch.export keeps the chunk count symbolic (it
+    # specialises sizes of 1)
     extra = chunk * torch.compiler.is_compiling()
-    for start, stop in [(0, T)] if is_tracing() else _segments(T, segment):
+    segments = [(0, T)] if is_tracing() else _segments(T, segment)
+    for start, stop in segments:
         qs, ks, vs, gs, betas = _segment_inputs((q, k, v, g, beta), start, stop,
                                                 chunk, both, extra)
         o, state, kept = _segment_forward(qs, ks, vs, gs, betas, state, scale,
                                           l2norm, save)
-        outs.append(from_chunks(o)[:, :stop - start])
+        o = from_chunks(o)[:, :stop - start]
+        if len(segments) == 1:
+            out = _fold(o, B, both)
+        else:
+            out = o.new_zeros(B, T, H, V) if out is None else out
+            _add_segment(out, o, start, stop, both)
         saved.append(kept)
-    return _merge(outs, B, both), state.view(S, H, K, V), saved
+    return out, state.view(S, H, K, V), saved
 
 
 def _without_autocast(method):
@@ -309,12 +323,15 @@ class ChunkGatedDeltaRule(torch.autograd.Function):
         K, S = saved[0][1].shape[-1], B * (1 + both)
         dstate = (do.new_zeros(S * H, K, V) if dstate is None else
                   dstate.reshape(S * H, K, V))
-        grads = []
+        grads = None
         for (start, stop), kept in reversed(list(zip(_segments(T, segment), saved))):
             (dos, ) = _segment_inputs((do, ), start, stop, chunk, both)
             seg_grads, dstate = _segment_backward(kept, dos, dstate, scale, l2norm)
-            grads.append([from_chunks(x)[:, :stop - start] for x in seg_grads])
-        dq, dk, dv, dg, dbeta = (_merge(x[::-1], B, both) for x in zip(*grads))
+            seg_grads = [from_chunks(x)[:, :stop - start] for x in seg_grads]
+            grads = grads or [x.new_zeros(B, T, *x.shape[2:]) for x in seg_grads]
+            for grad, piece in zip(grads, seg_grads):
+                _add_segment(grad, piece, start, stop, both)
+        dq, dk, dv, dg, dbeta = grads
         dh0 = dstate.view(S, H, K, V) if has_initial_state else None
         return dq, dk, dv, dg, dbeta, dh0, None, None, None, None, None
 
