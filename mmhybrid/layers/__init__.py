@@ -12,11 +12,12 @@ from .mixers import (AttentionMixer, BidirectionalGatedDeltaNet, ChannelMix,
                      ShiftedWindowAttention, SlidingWindowAttention,
                      SoftmaxAttention, SpatialMix, split_elfatt_heads)
 from .mlp import FFN, ConvMlp, Mlp
+from .patch_merging import PatchMerging
 
 __all__ = [
     'Block', 'MixerState', 'Mlp', 'ConvMlp', 'FFN', 'HiddenStateBridge',
     'equidistant_sample', 'HistoricalAttention', 'link_history', 'LayerScale',
-    'LayerNorm2d', 'ConvMerging', 'PRESET_PLANS', 'parse_attention_plan',
+    'LayerNorm2d', 'ConvMerging', 'PatchMerging', 'PRESET_PLANS', 'parse_attention_plan',
     'AttentionMixer', 'SoftmaxAttention', 'SlidingWindowAttention',
     'ShiftedWindowAttention', 'CrossShapedWindowAttention', 'ELFATTAttention',
     'split_elfatt_heads', 'SpatialMix', 'ChannelMix', 'BidirectionalGatedDeltaNet',

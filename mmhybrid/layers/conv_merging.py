@@ -6,8 +6,8 @@ from .mlp import map_to_tokens, tokens_to_map
 
 
 class ConvMerging(nn.Module):
-    """(B, H*W, C_in) -> (B, ceil(H/2)*ceil(W/2), C_out); same call as mmcv's
-    ``PatchMerging``: ``x, out_hw = merge(x, hw_shape)``."""
+    """(B, H*W, C_in) -> (B, ceil(H/2)*ceil(W/2), C_out); same call as
+    :class:`~mmhybrid.layers.PatchMerging`: ``x, out_hw = merge(x, hw_shape)``."""
 
     def __init__(self, in_channels, out_channels, norm_cfg=dict(type='LN')):
         super().__init__()

@@ -4,12 +4,11 @@ import importlib
 
 import pytest
 import torch
-from mmcv.cnn.bricks.transformer import PatchMerging
 from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
 from mmhybrid.layers import (ConvMerging, CrossShapedWindowAttention, ELFATTAttention,
-                             ShiftedWindowAttention, SoftmaxAttention)
+                             PatchMerging, ShiftedWindowAttention, SoftmaxAttention)
 from mmhybrid.models.backbones import CSWin, SwinELFATT
 from mmhybrid.utils import register_scope
 
@@ -108,7 +107,7 @@ def test_params_next_to_table1(cls, arch):
 
 def test_swin_downsample_choice():
     """ELFATT plans merge with convs; other plans, converted official weights and
-    downsample='linear' merge linearly (mmdet's PatchMerging)."""
+    downsample='linear' merge linearly (Swin's PatchMerging)."""
     def swin(**kwargs):
         model = SwinELFATT(arch=TINY[SwinELFATT], block_sizes=TINY_BLOCKS, **kwargs)
         kinds = {type(s.downsample) for s in model.stages[:3]}

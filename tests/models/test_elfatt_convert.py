@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from mmcv.cnn.bricks.transformer import PatchMerging
 from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
+from mmhybrid.layers import PatchMerging
 from mmhybrid.models.backbones import CSWin, SwinELFATT
 from mmhybrid.models.utils import (convert_checkpoint_file, convert_cswin,
                                    convert_swin, load_pretrained)

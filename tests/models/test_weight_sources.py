@@ -338,15 +338,14 @@ def test_softmax_vit_into_infsa_layers_splits_qkv(tmp_path, reports):
 
 
 # ---------------------------------------------------- resolution and patch size
-@pytest.mark.parametrize('dst_size', [512, 1024])
-def test_pos_embed_resize_matches_mmpretrain(dst_size):
+@pytest.mark.parametrize('grid, extra', [((32, 32), 1), ((64, 64), 1), ((24, 40), 0)])
+def test_pos_embed_resize_matches_mmpretrain(grid, extra):
     from mmpretrain.models.utils import resize_pos_embed as mmpretrain_resize
-    pos = torch.randn(1, 1 + 14 * 14, 24)
-    grid = (dst_size // 16, ) * 2
-    ours = resize_pos_embed(pos, (14, 14), grid, num_extra_tokens=1)
+    pos = torch.randn(1, extra + 14 * 14, 24)
+    ours = resize_pos_embed(pos, (14, 14), grid, num_extra_tokens=extra)
     theirs = mmpretrain_resize(pos, (14, 14), grid, mode='bicubic',
-                               num_extra_tokens=1)
-    assert ours.shape == (1, 1 + grid[0] * grid[1], 24)
+                               num_extra_tokens=extra)
+    assert ours.shape == (1, extra + grid[0] * grid[1], 24)
     torch.testing.assert_close(ours, theirs)
 
 

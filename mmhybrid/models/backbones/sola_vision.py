@@ -11,11 +11,12 @@ layers of InfiniteVL (see infinitevl_vision.py).
 """
 import torch
 import torch.nn as nn
-from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
+from mmcv.cnn.bricks.transformer import PatchEmbed
 
 from mmhybrid.layers import (BidirectionalGatedDeltaNet, Block, ChannelMix,
-                             ConvMlp, HiddenStateBridge, SlidingWindowAttention,
-                             SoftmaxAttention, SpatialMix, link_history)
+                             ConvMlp, HiddenStateBridge, PatchMerging,
+                             SlidingWindowAttention, SoftmaxAttention, SpatialMix,
+                             link_history)
 from mmhybrid.registry import register_model
 from .base_backbone import check_rates, resolve_arch
 from .pyramid import PyramidBackbone
@@ -200,8 +201,7 @@ class SoLAVision(PyramidBackbone):
         for i, (letters, dims) in enumerate(zip(stages, embed_dims)):
             if i > 0:
                 self.downsamples.append(PatchMerging(
-                    embed_dims[i - 1], dims, kernel_size=2, padding='corner',
-                    norm_cfg=norm_cfg, bias=False))
+                    embed_dims[i - 1], dims, norm_cfg=norm_cfg))
             kwargs = dict(num_heads=max(dims // head_dim, 1), hidden_rate=hidden_rate,
                           key_norm=key_norm, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
                           history=history, window_size=window_sizes[i],

@@ -10,9 +10,8 @@ Swin's linear merging, and ELFATT's blocks are 14x14 windows in stages 1-3: Tabl
 GLOBAL and EFFATT rows) and Tables 1-3's FLOPs imply exactly that (docs/design.md,
 "ELFATT").
 """
-from mmcv.cnn.bricks.transformer import PatchMerging
 
-from mmhybrid.layers import ConvMerging, ShiftedWindowAttention
+from mmhybrid.layers import ConvMerging, PatchMerging, ShiftedWindowAttention
 from mmhybrid.registry import register_model
 from .hierarchical_attention import HierarchicalAttentionBackbone
 
