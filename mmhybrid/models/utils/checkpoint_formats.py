@@ -53,8 +53,9 @@ def _rename(state_dict, rules):
 
 def _unfold_order(weight):
     """Swin's patch merging concatenates the 2x2 neighbours as [(0,0), (1,0),
-    (0,1), (1,1)] blocks of C channels; mmcv's ``PatchMerging`` (nn.Unfold) orders
-    channel-major with the neighbours row-major [(0,0), (0,1), (1,0), (1,1)]."""
+    (0,1), (1,1)] blocks of C channels; ours (:class:`mmhybrid.layers.PatchMerging`),
+    like mmcv's (nn.Unfold), orders channel-major with the neighbours row-major
+    [(0,0), (0,1), (1,0), (1,1)]."""
     lead, C = weight.shape[:-1], weight.shape[-1] // 4
     w = weight.reshape(*lead, 4, C)[..., [0, 2, 1, 3], :]
     return w.transpose(-1, -2).reshape(*lead, 4 * C)
