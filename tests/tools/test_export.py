@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tests._deploy_tool import load_export_tool
+from tests._deploy_tool import load_export_tool, tiny_upernet
 
 from cases import NAMES, build_case  # noqa: E402  (tools/deploy, on the path now)
 from checks import compile_check  # noqa: E402
@@ -113,26 +113,6 @@ def test_exportable_adaptive_pool_is_adaptive_avg_pool(size, bins):
                                F.adaptive_avg_pool2d(x, bins))
 
 
-def _tiny_upernet(name):
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS
-    from cases import CASES
-    with torch.no_grad():
-        channels = [o.shape[1] for o in build_case(name)(torch.randn(1, 3, 64, 64))]
-    init_default_scope('mmseg')
-    norm = dict(type='BN', requires_grad=True)
-    model = MODELS.build(dict(
-        type='EncoderDecoder',
-        data_preprocessor=dict(type='SegDataPreProcessor', size_divisor=32),
-        backbone=dict(CASES[name]),
-        decode_head=dict(type='UPerHead', in_channels=channels,
-                         in_index=[0, 1, 2, 3], pool_scales=(1, 2, 3, 6),
-                         channels=16, num_classes=5, norm_cfg=norm,
-                         align_corners=False)))
-    model.init_weights()
-    return model
-
-
 @pytest.mark.parametrize('exporter', ['torchscript', pytest.param(
     'dynamo', marks=pytest.mark.slow)])
 def test_upernet_segmentor_dynamic_onnx(exporter, tmp_path):
@@ -140,7 +120,7 @@ def test_upernet_segmentor_dynamic_onnx(exporter, tmp_path):
     adaptive pooling is swapped for the exportable pooling matrices. (The backbone
     is a quick one: the backbones have their own tests above.)"""
     from mmengine.model import revert_sync_batchnorm
-    segmentor = revert_sync_batchnorm(_tiny_upernet('swin-global'))
+    segmentor = revert_sync_batchnorm(tiny_upernet('swin-global'))
     assert export.make_exportable(segmentor) == 4
     model = export.SegmentorLogits(segmentor)
     model.eval()

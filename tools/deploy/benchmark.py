@@ -11,7 +11,9 @@ process (``ru_maxrss``) above what it held after building the model.
 ``--whole-image SIZE ...`` benchmarks mmseg inference (``EncoderDecoder.inference``,
 the logits resized to the image) of whole segmentor configs at SIZE x SIZE instead:
 ``--models`` with ``test_cfg`` ``mode='whole'``, ``--slide-models`` with
-``mode='slide'`` (512^2 crops, stride 341, mmseg's ADE20K setting), and
+``mode='slide'`` (512^2 crops, stride 341, mmseg's ADE20K setting),
+``--banded-models`` with the UPerHead's full-resolution tail in bands of rows
+(``tools/deploy/banded_head.py``: the labels, not the logits), and
 ``--backbone-models``: the config's backbone alone on the whole image. One call per
 case, each case in its own process, ``--time-cap`` seconds each (a case over it is
 a row with the peak RSS it had reached, and the model's larger sizes are not run);
@@ -86,7 +88,13 @@ def whole_image_one(args):
     base = _rss_mib()
     start = time.perf_counter()
     with torch.inference_mode():
-        model.backbone(x) if args.mode == 'backbone' else model.inference(x, [meta])
+        if args.mode == 'backbone':
+            model.backbone(x)
+        elif args.mode == 'banded':
+            from banded_head import banded_predict
+            banded_predict(model, x)
+        else:
+            model.inference(x, [meta])
     return dict(time_s=time.perf_counter() - start, peak_mib=_rss_mib(),
                 extra_mib=_rss_mib() - base)
 
@@ -124,6 +132,7 @@ def whole_image(args):
     """Every (model, size) case in its own process; returns the rows."""
     rows = []
     for mode, models in (('whole', args.models), ('slide', args.slide_models),
+                         ('banded', args.banded_models),
                          ('backbone', args.backbone_models)):
         for model in models:
             for size in sorted(args.whole_image):
@@ -197,11 +206,14 @@ def parse_args(argv=None):
                         help='--whole-image: configs run with mode=whole')
     parser.add_argument('--slide-models', nargs='+', default=[],
                         help='--whole-image: configs run with mode=slide')
+    parser.add_argument('--banded-models', nargs='+', default=[],
+                        help='--whole-image: UPerNet configs run whole with the '
+                        'head tail in bands (tools/deploy/banded_head.py)')
     parser.add_argument('--backbone-models', nargs='+', default=[],
                         help='--whole-image: configs whose backbone alone is run')
     parser.add_argument('--append', action='store_true',
                         help='--whole-image: keep the rows already in --out.csv')
-    parser.add_argument('--mode', choices=('whole', 'slide', 'backbone'),
+    parser.add_argument('--mode', choices=('whole', 'slide', 'banded', 'backbone'),
                         help=argparse.SUPPRESS)
     parser.add_argument('--time-cap', type=float, default=900.)
     parser.add_argument('--out', default='docs/figures/whole_image_cpu')
