@@ -87,9 +87,7 @@ def banded_logits(segmentor, image, band_rows=256):
 @torch.no_grad()
 def banded_predict(segmentor, image, band_rows=256):
     """(B, H, W) class labels of ``image`` (B, 3, H, W), see the module docstring."""
-    labels = None
+    labels = image.new_empty(image.shape[0], *image.shape[2:], dtype=torch.long)
     for first, last, logits in banded_logits(segmentor, image, band_rows):
-        labels = (logits.new_empty(image.shape[0], *image.shape[2:], dtype=torch.long)
-                  if labels is None else labels)
         labels[:, first:last] = logits.argmax(1)
     return labels
