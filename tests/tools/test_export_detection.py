@@ -1,7 +1,10 @@
-"""Mask R-CNN's first stage through ONNX with dynamic H/W: our SoLA Mask R-CNN
-config (backbone swapped for the tiny SoLA of tools/deploy/cases.py, FPN and RPN
-as configured) from images to the FPN maps and the RPN's raw scores and box deltas,
-checked in onnxruntime against eager at three sizes other than the export size."""
+"""Two-stage detectors as one graph (tools/deploy/detector_graph.py): our SoLA Mask
+R-CNN config with the tiny SoLA of tools/deploy/cases.py and narrow heads.
+
+The graph in eager PyTorch is checked against mmdet's own ``predict`` (boxes, scores,
+labels, each box's mask probabilities) at several sizes and batch sizes, with and
+without a mask head, with detections and with none; the ONNX file against the graph
+in onnxruntime at sizes and batch sizes other than the export's."""
 from pathlib import Path
 
 import pytest
@@ -14,24 +17,105 @@ CONFIG = ROOT / 'configs/sola/mask-rcnn_sola-t_fpn_1x_coco.py'
 pytest.importorskip('onnxruntime')
 
 
-def test_mask_rcnn_rpn_dynamic_onnx(tmp_path, capsys):
-    export = load_export_tool()
+def narrow_options(num_classes=3, score_thr=0.05, mask=True):
     from cases import CASES
-    backbone = dict(CASES['sola-min'], _delete_=True)
-    model = export.build(str(CONFIG), part='detector', cfg_options={
-        'model.backbone': backbone, 'model.neck.in_channels': [16, 16, 32, 32],
-        'model.neck.out_channels': 16, 'model.rpn_head.in_channels': 16,
-        'model.rpn_head.feat_channels': 16})
-    assert 'RoI stage' in capsys.readouterr().out
-    assert type(model.detector).__name__ == 'MaskRCNN'
+    width = 16
+    options = {
+        'model.backbone': dict(CASES['sola-min'], _delete_=True),
+        'model.neck.in_channels': [16, 16, 32, 32], 'model.neck.out_channels': width,
+        'model.rpn_head.in_channels': width, 'model.rpn_head.feat_channels': width,
+        'model.roi_head.bbox_roi_extractor.out_channels': width,
+        # RoIs of these small images spread over all four RoIAlign levels
+        'model.roi_head.bbox_roi_extractor.finest_scale': 8,
+        'model.roi_head.bbox_head.in_channels': width,
+        'model.roi_head.bbox_head.fc_out_channels': 32,
+        'model.roi_head.bbox_head.num_classes': num_classes,
+        'model.test_cfg.rcnn.score_thr': score_thr}
+    if mask:
+        options.update({
+            'model.roi_head.mask_roi_extractor.out_channels': width,
+            'model.roi_head.mask_roi_extractor.finest_scale': 8,
+            'model.roi_head.mask_head.in_channels': width,
+            'model.roi_head.mask_head.conv_out_channels': width,
+            'model.roi_head.mask_head.num_classes': num_classes})
+    else:
+        options.update({'model.roi_head.mask_roi_extractor': None,
+                        'model.roi_head.mask_head': None})
+    return options
+
+
+def build_graph(seed=0, **kwargs):
+    export = load_export_tool()
+    torch.manual_seed(seed)
+    return export.build(str(CONFIG), part='detector', cfg_options=narrow_options(**kwargs))
+
+
+@pytest.mark.parametrize('mask', [True, False])
+def test_graph_equals_mmdet_predict(mask):
+    from detector_graph import matched_error, mmdet_detections
+    graph = build_graph(mask=mask)
+    assert graph.detector.roi_head.with_mask == mask
+    for batch, shape in [(2, (96, 128)), (1, (130, 97)), (3, (64, 192))]:
+        x = torch.randn(batch, 3, *shape, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            ours, ref = graph(x), mmdet_detections(graph.detector, x)
+        assert len(ours) == (3 if mask else 2)
+        assert (ref[1] >= 0).sum() > 20 * batch  # boxes kept in every image
+        assert matched_error(ours, ref) < 1e-6, (batch, shape)
+
+
+def test_graph_without_detections():
+    from detector_graph import mmdet_detections
+    graph = build_graph(score_thr=0.99)
+    x = torch.randn(2, 3, 96, 128)
     with torch.no_grad():
-        outs = model(torch.randn(1, 3, 96, 128))
-    assert len(outs) == 5 + 2 * 5  # five FPN levels, scores and deltas per level
-    ok, lines = export.export_and_check(model, (96, 128), str(tmp_path / 'm.onnx'))
+        dets, labels, masks = graph(x)
+        ref = mmdet_detections(graph.detector, x)
+    assert (ref[1] == -1).all() and (labels == -1).all()
+    assert not dets.any() and not masks.any()
+
+
+def test_matched_error_pairs_swapped_detections():
+    from detector_graph import matched_error
+    gen = torch.Generator().manual_seed(0)
+    dets, labels = torch.rand(2, 5, 5, generator=gen) * 50, torch.randint(
+        0, 3, (2, 5), generator=gen)
+    masks = torch.rand(2, 5, 4, 4, generator=gen)
+    swap = torch.tensor([1, 0, 2, 3, 4])
+    swapped = (dets[:, swap], labels[:, swap], masks[:, swap])
+    assert matched_error(swapped, (dets, labels, masks)) == 0
+    moved = dets.clone()
+    moved[1, 3, 0] += 1.
+    assert matched_error((moved, labels, masks), (dets, labels, masks)) > 1e-3
+    masks_of_other = masks.clone()
+    masks_of_other[0, 2] = masks[0, 4]
+    assert matched_error((dets, labels, masks_of_other), (dets, labels, masks)) > 1e-3
+
+
+def test_mask_rcnn_dynamic_onnx(tmp_path):
+    export = load_export_tool()
+    graph = build_graph(seed=1)
+    ok, lines = export.export_and_check(graph, (96, 128), str(tmp_path / 'm.onnx'))
     assert ok, '\n'.join(lines)
+    run = export.onnx_runner(export.export_onnx(graph, torch.randn(2, 3, 96, 128),
+                                                str(tmp_path / 'm.onnx')))
+    for batch, shape in [(1, (160, 96)), (3, (128, 160))]:
+        x = torch.randn(batch, 3, *shape, generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            ref = graph(x)
+        assert (ref[1] >= 0).sum() > 20 * batch
+        assert graph.parity_error(run(x), ref) < 1e-4, (batch, shape)
 
 
-def test_detector_part_needs_a_two_stage_detector():
-    with pytest.raises(SystemExit, match='two-stage'):
-        load_export_tool().build(str(ROOT / 'configs/sola/upernet_sola-t_ade20k.py'),
-                      part='detector')
+def test_detector_part_refusals(capsys):
+    export = load_export_tool()
+    with pytest.raises(SystemExit, match='RPN head'):
+        export.build(str(ROOT / 'configs/sola/upernet_sola-t_ade20k.py'),
+                     part='detector')
+    cascade = 'mmdet::cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py'
+    with pytest.raises(SystemExit, match='cascade'):
+        export.build(export.config_file(cascade), part='detector')
+    with pytest.raises(SystemExit):
+        export.parse_args([str(CONFIG), '--part', 'detector', '--format',
+                           'torch-export'])
+    assert 'TorchScript exporter only' in capsys.readouterr().err

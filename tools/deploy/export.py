@@ -2,8 +2,8 @@
 
 CONFIG_OR_BACKBONE is a config file (mmseg, mmdet or mmpretrain; ``--part`` picks its
 backbone or, for an mmseg ``EncoderDecoder``, the whole inference graph up to the
-raw logits, or for an mmdet two-stage detector, backbone + neck + RPN head up to
-their raw outputs, :class:`DetectorRPN`), a backbone type such as
+raw logits, or for an mmdet two-stage detector, the whole detector up to padded
+boxes, labels and masks, ``detector_graph.TwoStageDetections``), a backbone type such as
 ``mmhybrid.SoLAVision`` whose arguments come from ``--cfg-options`` (e.g.
 ``arch=t``), or the name of a tiny backbone of ``tools/deploy/cases.py``.
 
@@ -80,23 +80,6 @@ class SegmentorLogits(nn.Module):
         return self.segmentor._forward(x)
 
 
-class DetectorRPN(nn.Module):
-    """An mmdet two-stage detector from images to its first stage's raw outputs:
-    the neck's feature maps, then the RPN's class scores and box deltas per level.
-    The RoI stage (proposal decoding and NMS, RoIAlign, box and mask heads) is not
-    in the graph (mmcv's NMS has no ONNX mapping, and the number of boxes depends
-    on the values; docs/deploy.md); run it in PyTorch on these outputs."""
-
-    def __init__(self, detector):
-        super().__init__()
-        self.detector = detector
-
-    def forward(self, x):
-        feats = self.detector.extract_feat(x)
-        scores, deltas = self.detector.rpn_head(feats)
-        return (*feats, *scores, *deltas)
-
-
 def config_file(spec):
     """``pkg::rel`` -> the config file shipped in the package's ``.mim/configs``."""
     if '::' not in spec:
@@ -142,12 +125,11 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
         make_exportable(model)
         model = SegmentorLogits(model)
     elif part == 'detector':
-        if not hasattr(model, 'rpn_head'):
-            raise SystemExit(f'{spec}: --part detector needs an mmdet two-stage '
-                             f'detector (backbone, neck, RPN)')
-        print('note: the graph ends at the RPN outputs; the RoI stage (NMS, '
-              'RoIAlign, box/mask heads) is not exported (see DetectorRPN)')
-        model = DetectorRPN(model)
+        from detector_graph import TwoStageDetections
+        try:
+            model = TwoStageDetections(model)
+        except ValueError as err:
+            raise SystemExit(f'{spec}: --part detector: {err}')
     elif part == 'backbone' and hasattr(model, 'backbone'):
         model = model.backbone
     model.eval()  # some backbones' train() returns None: not chained
@@ -243,14 +225,16 @@ def relative_error(outs, refs):
 
 
 def check_sizes(model, run, shapes, batch=2, seed=0):
-    """[(shape, relative error or the exception's message)] at each shape."""
+    """[(shape, relative error or the exception's message)] at each shape (the
+    model's own ``parity_error`` if it has one, else :func:`relative_error`)."""
+    error = getattr(model, 'parity_error', relative_error)
     results = []
     for shape in shapes:
         x = torch.randn(batch, 3, *shape, generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
             refs = _as_tuple(model(x))
         try:
-            results.append((tuple(shape), relative_error(run(x), refs)))
+            results.append((tuple(shape), error(run(x), refs)))
         except Exception as err:  # a graph that cannot run there is a failed check
             results.append((tuple(shape), f'{type(err).__name__}: '
                             f'{str(err).splitlines()[0][:200]}'))
@@ -324,6 +308,12 @@ def parse_args(argv=None):
     parser.add_argument('--out', help='output file (default: <model>.onnx|.pt2)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
     args = parser.parse_args(argv)
+    if args.part == 'detector' and (args.format, args.exporter) != ('onnx',
+                                                                    'torchscript'):
+        parser.error('--part detector exports to ONNX with the TorchScript exporter '
+                     'only: torch.export guards the number of anchors against the '
+                     "RPN's nms_pre (one side of the min is fixed), and the dynamo "
+                     "exporter has no ONNX translation of torchvision's NMS")
     if args.check_shapes and len(args.check_shapes) % 2:
         parser.error('--check-shapes takes pairs H W')
     return args
