@@ -87,6 +87,10 @@ def test_matched_error_pairs_swapped_detections():
     moved = dets.clone()
     moved[1, 3, 0] += 1.
     assert matched_error((moved, labels, masks), (dets, labels, masks)) > 1e-3
+    duplicate = tuple(t.clone() for t in (dets, labels, masks))
+    for t in duplicate:  # detection 1 twice, detection 0 missing
+        t[0, 0] = t[0, 1]
+    assert matched_error(duplicate, (dets, labels, masks)) > 1e-3
     masks_of_other = masks.clone()
     masks_of_other[0, 2] = masks[0, 4]
     assert matched_error((dets, labels, masks_of_other), (dets, labels, masks)) > 1e-3

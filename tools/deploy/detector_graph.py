@@ -36,7 +36,8 @@ from torchvision.ops import nms, roi_align
 
 def decode_deltas(anchors, deltas, coder, image_hw):
     """mmdet's ``delta2bbox`` for (..., 4) anchors and deltas: centres move by
-    ``d_xy * wh``, sizes scale by ``exp(d_wh)`` (clamped to ``|log(16/1000)|``),
+    ``d_xy * wh``, sizes scale by ``exp(d_wh)`` (clamped to ``|log(16/1000)|``,
+    the ``wh_ratio_clip`` both heads decode with),
     after de-normalising with the coder's means and stds; clipped to the image."""
     means, stds = (deltas.new_tensor(v) for v in (coder.means, coder.stds))
     deltas = deltas * stds + means
@@ -61,28 +62,28 @@ def grouped_nms(boxes, scores, groups, iou_threshold):
 
 def rank_in_image(images, batch):
     """For entries listed best first, each one's rank within its image."""
-    first = images[:, None] == torch.arange(batch, device=images.device)[None, :]
-    return (first.long().cumsum(0) - 1).gather(1, images[:, None])[:, 0]
+    member = images[:, None] == torch.arange(batch, device=images.device)[None, :]
+    return (member.long().cumsum(0) - 1).gather(1, images[:, None])[:, 0]
 
 
 def matched_error(outs, refs):
     """Relative error (max |diff| / max |ref| per output, as
-    ``export.relative_error``) after pairing each image's detections with the
-    reference's: each detection with the nearest one of the same label (max
-    coordinate or score difference). Detections of equal score up to rounding
-    can come in either order; a detection without a close partner still counts."""
+    ``export.relative_error``) after pairing each image's detections with the other
+    side's, both ways: each with the nearest one of the same label (max coordinate
+    or score difference). Detections of equal score up to rounding can come in
+    either order; one without a close partner on the other side still counts."""
     if len(outs) != len(refs) or any(o.shape != r.shape for o, r in zip(outs, refs)):
         raise RuntimeError(f'outputs {[tuple(o.shape) for o in outs]}, reference '
                            f'{[tuple(r.shape) for r in refs]}')
-    dets, labels, *masks = (o.float() for o in outs)
-    ref_dets, ref_labels, *ref_masks = (r.float() for r in refs)
-    distance = (dets[:, :, None] - ref_dets[:, None]).abs().amax(-1)
-    distance[labels[:, :, None] != ref_labels[:, None]] = float('inf')
-    pair = distance.argmin(-1)  # (B, K): the reference slot of each detection
+    outs, refs = [o.float() for o in outs], [r.float() for r in refs]
     err = 0.
-    for out, ref in zip((dets, labels, *masks), (ref_dets, ref_labels, *ref_masks)):
-        ref = ref.gather(1, pair.view(*pair.shape, *[1] * (ref.dim() - 2)).expand_as(ref))
-        err = max(err, ((out - ref).abs().max() / ref.abs().max().clamp_min(1e-12)).item())
+    for a, b in ((outs, refs), (refs, outs)):
+        distance = (a[0][:, :, None] - b[0][:, None]).abs().amax(-1)
+        distance[a[1][:, :, None] != b[1][:, None]] = float('inf')
+        pair = distance.argmin(-1)  # (B, K): b's slot for each of a's detections
+        for x, y, ref in zip(a, b, refs):
+            y = y.gather(1, pair.view(*pair.shape, *[1] * (y.dim() - 2)).expand_as(y))
+            err = max(err, ((x - y).abs().max() / ref.abs().max().clamp_min(1e-12)).item())
     return err
 
 
@@ -94,6 +95,9 @@ def refusals(detector):
     extractors = [e for e in (roi.bbox_roi_extractor,
                               getattr(roi, 'mask_roi_extractor', None)) if e]
     needs = {
+        'DeltaXYWHBBoxCoder without centre clamps': all(
+            type(c).__name__ == 'DeltaXYWHBBoxCoder' and not c.add_ctr_clamp
+            for c in (rpn.bbox_coder, roi.bbox_head.bbox_coder)),
         'a sigmoid RPN': rpn.use_sigmoid_cls,
         'plain NMS': all(cfg.nms.get('type', 'nms') == 'nms'
                          for cfg in (detector.test_cfg.rpn, detector.test_cfg.rcnn)),
