@@ -349,6 +349,21 @@ def test_pos_embed_resize_matches_mmpretrain(grid, extra):
     torch.testing.assert_close(ours, theirs)
 
 
+@pytest.mark.parametrize('src, dst', [((14, 14), (32, 40)), ((7, 9), (3, 5)),
+                                      ((13, 13), (13, 13)), ((5, 6), (23, 2))])
+def test_bicubic_matrices_equal_interpolate_in_float64(src, dst):
+    """The matrices of the resample (exported as MatMuls) are PyTorch's bicubic
+    ``F.interpolate`` (align_corners=False) up and down, at odd and equal sizes."""
+    from torch.nn.functional import interpolate
+    from mmhybrid.models.utils.pos_embed import _bicubic
+    values = torch.randn(src[0] * src[1], 5, dtype=torch.float64)
+    grid = values.T.reshape(1, 5, *src)
+    ref = interpolate(grid, size=dst, mode='bicubic', align_corners=False)
+    ours = _bicubic(values, src, dst)
+    assert ours.dtype == torch.float64
+    torch.testing.assert_close(ours, ref[0].flatten(1).T, rtol=0, atol=1e-12)
+
+
 def test_fine_tune_at_another_resolution_equals_mmpretrain(tmp_path, reports):
     """A 32^2 checkpoint into a 64^2 model: the stored embedding is resized as
     mmpretrain resizes it when it loads the same file, and the models agree."""

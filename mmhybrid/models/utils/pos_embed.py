@@ -3,19 +3,45 @@ input or window size (fine-tuning at 512^2 or 1024^2 from 224^2 weights)."""
 import math
 
 import torch
-import torch.nn.functional as F
 
 from mmhybrid.ops.tracing import is_tracing
 
 
+def cubic_matrix(src, dst, like):
+    """(dst, src) weights of PyTorch's bicubic resampling (``align_corners=False``,
+    Keys' kernel with a = -0.75, border samples repeated) along one side.
+
+    Output i reads the source at ``x = (i + 1/2) src / dst - 1/2``: the samples
+    ``floor(x) + k``, k = -1..2 (clamped to the side), weighted by
+    ``W(d) = (a + 2)|d|^3 - (a + 3)|d|^2 + 1`` for ``|d| <= 1`` and
+    ``a|d|^3 - 5a|d|^2 + 8a|d| - 4a`` for ``1 < |d| < 2``, d the distance to x.
+    Equal to ``F.interpolate(mode='bicubic')`` to float64 rounding (tested)."""
+    i = torch.arange(dst, device=like.device, dtype=like.dtype)
+    x = (i + 0.5) * (src / dst) - 0.5
+    first = x.floor()
+    taps = torch.arange(-1, 3, device=like.device, dtype=like.dtype)
+    d = (x - first)[:, None] - taps  # signed distances to the four samples
+    d, a = d.abs(), -0.75
+    weight = torch.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                         ((a * d - 5 * a) * d + 8 * a) * d - 4 * a)
+    index = (first[:, None] + taps).clamp(0, src - 1)
+    columns = torch.arange(src, device=like.device, dtype=like.dtype)
+    return ((index[..., None] == columns) * weight[..., None]).sum(1)
+
+
 def _bicubic(values, src_hw, dst_hw):
     """(Hs * Ws, C) values on a grid -> (Hd * Wd, C), bicubic with
-    ``align_corners=False`` (in at least float32). Resampled as a channels-last
-    map, so neither the input nor the result is transposed (1.5x faster at
-    32^2 -> 256^2 with 96 channels, one CPU thread)."""
-    grid = values.reshape(1, *src_hw, -1).permute(0, 3, 1, 2).float()
-    grid = F.interpolate(grid, size=tuple(dst_hw), mode='bicubic', align_corners=False)
-    return grid.permute(0, 2, 3, 1).reshape(-1, values.shape[-1]).to(values.dtype)
+    ``align_corners=False`` (in float32, or float64 for float64 values): one (Hd, Hs) and one (Wd, Ws)
+    matrix of :func:`cubic_matrix` applied to the channels-last grid. No transposes;
+    3.5x faster than ``F.interpolate`` at 56^2 -> 128x160 with 96 channels on one
+    CPU thread, and exported as two MatMuls instead of ONNX ``Resize`` (cubic),
+    which onnxruntime ran in 0.22 s there (SoLA-T at 512x640)."""
+    (Hs, Ws), (Hd, Wd) = src_hw, dst_hw
+    grid = values.reshape(Hs, Ws, -1).to(torch.promote_types(values.dtype,
+                                                             torch.float32))
+    grid = (cubic_matrix(Hs, Hd, grid) @ grid.reshape(Hs, -1)).reshape(Hd, Ws, -1)
+    grid = cubic_matrix(Ws, Wd, grid) @ grid  # (Wd, Ws) @ (Hd, Ws, C)
+    return grid.reshape(-1, values.shape[-1]).to(values.dtype)
 
 
 def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens=0):
