@@ -101,8 +101,13 @@ def test_mask_rcnn_dynamic_onnx(tmp_path):
     graph = build_graph(seed=1)
     ok, lines = export.export_and_check(graph, (96, 128), str(tmp_path / 'm.onnx'))
     assert ok, '\n'.join(lines)
-    run = export.onnx_runner(export.export_onnx(graph, torch.randn(2, 3, 96, 128),
-                                                str(tmp_path / 'm.onnx')))
+    path = export.export_onnx(graph, torch.randn(2, 3, 96, 128), str(tmp_path / 'm.onnx'))
+    import onnx
+    outputs = {o.name: [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]
+               for o in onnx.load(path).graph.output}
+    assert outputs == {'dets': ['batch', 100, 5], 'labels': ['batch', 100],
+                       'masks': ['batch', 100, 28, 28]}  # mmdeploy's names
+    run = export.onnx_runner(path)
     for batch, shape in [(1, (160, 96)), (3, (128, 160))]:
         x = torch.randn(batch, 3, *shape, generator=torch.Generator().manual_seed(2))
         with torch.no_grad():

@@ -115,6 +115,7 @@ class TwoStageDetections(nn.Module):
     :func:`matched_error` (``parity_error``)."""
 
     parity_error = staticmethod(matched_error)
+    output_names = ('dets', 'labels', 'masks')  # mmdeploy's names
 
     def __init__(self, detector):
         super().__init__()

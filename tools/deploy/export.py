@@ -158,14 +158,17 @@ def _as_tuple(out):
 def export_onnx(model, x, path, exporter='torchscript', static=False):
     """Write ``model`` on images like ``x`` to ``path`` (opset >= 17)."""
     with torch.no_grad():
-        n_out = len(_as_tuple(model(x)))
-    names = [f'out{i}' for i in range(n_out)]
+        outs = _as_tuple(model(x))
+    named = getattr(model, 'output_names', None)  # outputs sized by the model, not H, W
+    names = list(named)[:len(outs)] if named else [f'out{i}' for i in range(len(outs))]
     if exporter == 'dynamo':
         kwargs = dict(dynamic_shapes=None if static else (_dims(), ), optimize=True,
                       external_data=False)
-    else:
+    else:  # batch; H and W of the input and of (B, C, H, W) feature maps
         kwargs = dict(dynamic_axes=None if static else {
-            n: {0: 'batch', 2: f'{n}_height', 3: f'{n}_width'} for n in ['input'] + names})
+            n: {0: 'batch', **({2: f'{n}_height', 3: f'{n}_width'} if t.dim() == 4 and (
+                n == 'input' or not named) else {})}
+            for n, t in zip(['input'] + names, (x, ) + outs)})
     torch.onnx.export(model, (x, ), path, dynamo=exporter == 'dynamo',
                       opset_version=OPSET, input_names=['input'], output_names=names,
                       **kwargs)
