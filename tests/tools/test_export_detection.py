@@ -17,7 +17,7 @@ CONFIG = ROOT / 'configs/sola/mask-rcnn_sola-t_fpn_1x_coco.py'
 pytest.importorskip('onnxruntime')
 
 
-def narrow_options(num_classes=3, score_thr=0.05, mask=True):
+def narrow_options(num_classes=3, score_thr=0.05, mask=True, nms_pre=1000):
     from cases import CASES
     width = 16
     options = {
@@ -30,7 +30,8 @@ def narrow_options(num_classes=3, score_thr=0.05, mask=True):
         'model.roi_head.bbox_head.in_channels': width,
         'model.roi_head.bbox_head.fc_out_channels': 32,
         'model.roi_head.bbox_head.num_classes': num_classes,
-        'model.test_cfg.rcnn.score_thr': score_thr}
+        'model.test_cfg.rcnn.score_thr': score_thr,
+        'model.test_cfg.rpn.nms_pre': nms_pre}  # -1: every anchor
     if mask:
         options.update({
             'model.roi_head.mask_roi_extractor.out_channels': width,
@@ -50,10 +51,11 @@ def build_graph(seed=0, **kwargs):
     return export.build(str(CONFIG), part='detector', cfg_options=narrow_options(**kwargs))
 
 
-@pytest.mark.parametrize('mask', [True, False])
-def test_graph_equals_mmdet_predict(mask):
+@pytest.mark.parametrize('mask, nms_pre', [(True, 1000), (False, 1000), (True, 40),
+                                           (True, -1)])
+def test_graph_equals_mmdet_predict(mask, nms_pre):
     from detector_graph import matched_error, mmdet_detections
-    graph = build_graph(mask=mask)
+    graph = build_graph(mask=mask, nms_pre=nms_pre)
     assert graph.detector.roi_head.with_mask == mask
     for batch, shape in [(2, (96, 128)), (1, (130, 97)), (3, (64, 192))]:
         x = torch.randn(batch, 3, *shape, generator=torch.Generator().manual_seed(1))
@@ -124,6 +126,9 @@ def test_detector_part_refusals(capsys):
     cascade = 'mmdet::cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py'
     with pytest.raises(SystemExit, match='cascade'):
         export.build(export.config_file(cascade), part='detector')
+    with pytest.raises(SystemExit, match='max_per_img'):
+        export.build(str(CONFIG), part='detector', cfg_options={
+            **narrow_options(), 'model.test_cfg.rcnn.max_per_img': -1})
     with pytest.raises(SystemExit):
         export.parse_args([str(CONFIG), '--part', 'detector', '--format',
                            'torch-export'])

@@ -99,6 +99,8 @@ def refusals(detector):
             type(c).__name__ == 'DeltaXYWHBBoxCoder' and not c.add_ctr_clamp
             for c in (rpn.bbox_coder, roi.bbox_head.bbox_coder)),
         'a sigmoid RPN': rpn.use_sigmoid_cls,
+        'a positive test_cfg.rcnn.max_per_img (the padded size)':
+            detector.test_cfg.rcnn.get('max_per_img', 0) > 0,
         'plain NMS': all(cfg.nms.get('type', 'nms') == 'nms'
                          for cfg in (detector.test_cfg.rpn, detector.test_cfg.rcnn)),
         'class-wise box regression and a softmax classifier': not (
@@ -147,7 +149,8 @@ class TwoStageDetections(nn.Module):
             score = score.permute(0, 2, 3, 1).reshape(batch, -1).sigmoid()
             delta = delta.permute(0, 2, 3, 1).reshape(batch, -1, 4)
             score, order = score.sort(1, descending=True)
-            score, order = score[:, :cfg.nms_pre], order[:, :cfg.nms_pre]
+            if cfg.get('nms_pre', -1) > 0:
+                score, order = score[:, :cfg.nms_pre], order[:, :cfg.nms_pre]
             delta = delta.gather(1, order[..., None].expand(-1, -1, 4))
             level_boxes.append(decode_deltas(anchor[order], delta, head.bbox_coder,
                                              image_hw))
