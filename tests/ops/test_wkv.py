@@ -236,3 +236,6 @@ def test_quad_token_shift_matches_padding_reference(hw, C, shift):
     assert out.is_contiguous()
     torch.testing.assert_close(out, reference_token_shift(x, hw, shift), rtol=0, atol=0)
     assert torch.autograd.gradcheck(lambda t: quad_token_shift(t, hw, shift), (x, ))
+    from mmhybrid.ops.token_shift import shift_by_padding  # the traced form
+    traced = shift_by_padding(x.reshape(2, *hw, C), shift).reshape(x.shape)
+    torch.testing.assert_close(traced, out, rtol=0, atol=0)
