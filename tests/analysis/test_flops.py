@@ -375,7 +375,11 @@ def test_stage_rows_add_up():
                                  hsb_routes=(((1, 2), (3, 3)), )), head_dim=16).eval()
     complexity = Complexity(model, torch.randn(1, 3, 64, 64))
     rows = complexity.rows(model)
-    assert [r[0] for r in rows] == ['stem', 'stage1', 'stage2', 'stage3', 'stage4']
+    assert [r[0] for r in rows] == ['stem', 'stage1', 'stage2', 'stage3', 'stage4',
+                                    'other']
+    # left out of the stages: the position embedding resampled from 56^2 to 16^2 by
+    # two matrices, (16 x 56) @ (56 x 56 C) and (16 x 56) @ (16 x 56 x C), C = 16
+    assert rows[-1][1:] == (0, {'matmul': 16 * 56 * 56 * 16 + 16 * 56 * 16 * 16})
     assert sum(r[1] for r in rows) == complexity.params() == sum(
         p.numel() for p in model.parameters())
     assert sum(sum(r[2].values()) for r in rows) == complexity.flops.total()
