@@ -314,3 +314,20 @@ def test_chunk_traces_whole_for_export_and_compile():
     (out * torch.randn(out.shape, dtype=torch.float64).float()).sum().backward()
     for a, b in zip([out] + [t.grad for t in leaves], [ref[0]] + ref[2:]):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize('M, size', [(32, 2), (32, 16), (8, 1), (4, 4)])
+def test_diagonal_blocks_traced_form_and_unit_lower_inverse(monkeypatch, M, size):
+    """The reshape form of the diagonal blocks (used under a tracer) equals the
+    diagonal view, and the block-doubling inverse is the inverse."""
+    from mmhybrid.ops.delta_rule import chunk
+    a = torch.randn(3, M, M, dtype=torch.float64)
+    view = chunk.diagonal_blocks(a, size)
+    monkeypatch.setattr(chunk, 'is_tracing', lambda: True)
+    assert torch.equal(chunk.diagonal_blocks(a, size), view)
+    for j in range(M // size):
+        assert torch.equal(view[:, j], a[:, j * size:(j + 1) * size,
+                                         j * size:(j + 1) * size])
+    unit_lower = torch.eye(M, dtype=a.dtype) + a.tril(-1)
+    torch.testing.assert_close(chunk.unit_lower_inverse(a),
+                               torch.linalg.inv(unit_lower), rtol=1e-9, atol=1e-9)
