@@ -48,7 +48,7 @@ def decode_deltas(anchors, deltas, coder, image_hw):
     boxes = torch.cat([centre - half, centre + half], -1)
     if not coder.clip_border:
         return boxes
-    upper = image_hw.flip(0).repeat(2).to(boxes.dtype)  # W, H, W, H
+    upper = image_hw.flip(0).repeat(2).to(boxes)  # W, H, W, H (dtype and device)
     return torch.minimum(boxes.clamp_min(0), upper)
 
 
