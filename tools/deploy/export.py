@@ -164,11 +164,12 @@ def export_onnx(model, x, path, exporter='torchscript', static=False):
     if exporter == 'dynamo':
         kwargs = dict(dynamic_shapes=None if static else (_dims(), ), optimize=True,
                       external_data=False)
-    else:  # batch; H and W of the input and of (B, C, H, W) feature maps
+    else:  # batch everywhere; H and W of the input and of unnamed (B, C, H, W) maps
+        spatial = ['input'] + ([] if named else
+                               [n for n, t in zip(names, outs) if t.dim() == 4])
         kwargs = dict(dynamic_axes=None if static else {
-            n: {0: 'batch', **({2: f'{n}_height', 3: f'{n}_width'} if t.dim() == 4 and (
-                n == 'input' or not named) else {})}
-            for n, t in zip(['input'] + names, (x, ) + outs)})
+            n: {0: 'batch', **({2: f'{n}_height', 3: f'{n}_width'} if n in spatial
+                               else {})} for n in ['input'] + names})
     torch.onnx.export(model, (x, ), path, dynamo=exporter == 'dynamo',
                       opset_version=OPSET, input_names=['input'], output_names=names,
                       **kwargs)
