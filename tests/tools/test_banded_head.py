@@ -5,9 +5,10 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import ConfigDict
 
-from tests._deploy_tool import tiny_upernet
+import tests._deploy_tool  # noqa: F401  (tools/deploy on the path)
 
 from banded_head import banded_logits, banded_predict, resize_rows  # noqa: E402
+from cases import tiny_upernet  # noqa: E402
 
 
 @pytest.mark.parametrize('align_corners', [False, True])

@@ -12,9 +12,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tests._deploy_tool import load_export_tool, tiny_upernet
+from tests._deploy_tool import load_export_tool
 
-from cases import NAMES, build_case  # noqa: E402  (tools/deploy, on the path now)
+# tools/deploy, on the path now
+from cases import NAMES, build_case, tiny_upernet  # noqa: E402
 from checks import compile_check  # noqa: E402
 
 export = load_export_tool()

@@ -12,50 +12,17 @@ import torch
 
 from tests._deploy_tool import load_export_tool
 
+from cases import MASK_RCNN, mask_rcnn_detections, narrow_mask_rcnn  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / 'configs/sola/mask-rcnn_sola-t_fpn_1x_coco.py'
 pytest.importorskip('onnxruntime')
-
-
-def narrow_options(num_classes=3, score_thr=0.05, mask=True, nms_pre=1000):
-    from cases import CASES
-    width = 16
-    options = {
-        'model.backbone': dict(CASES['sola-min'], _delete_=True),
-        'model.neck.in_channels': [16, 16, 32, 32], 'model.neck.out_channels': width,
-        'model.rpn_head.in_channels': width, 'model.rpn_head.feat_channels': width,
-        'model.roi_head.bbox_roi_extractor.out_channels': width,
-        # RoIs of these small images spread over all four RoIAlign levels
-        'model.roi_head.bbox_roi_extractor.finest_scale': 8,
-        'model.roi_head.bbox_head.in_channels': width,
-        'model.roi_head.bbox_head.fc_out_channels': 32,
-        'model.roi_head.bbox_head.num_classes': num_classes,
-        'model.test_cfg.rcnn.score_thr': score_thr,
-        'model.test_cfg.rpn.nms_pre': nms_pre}  # -1: every anchor
-    if mask:
-        options.update({
-            'model.roi_head.mask_roi_extractor.out_channels': width,
-            'model.roi_head.mask_roi_extractor.finest_scale': 8,
-            'model.roi_head.mask_head.in_channels': width,
-            'model.roi_head.mask_head.conv_out_channels': width,
-            'model.roi_head.mask_head.num_classes': num_classes})
-    else:
-        options.update({'model.roi_head.mask_roi_extractor': None,
-                        'model.roi_head.mask_head': None})
-    return options
-
-
-def build_graph(seed=0, **kwargs):
-    export = load_export_tool()
-    torch.manual_seed(seed)
-    return export.build(str(CONFIG), part='detector', cfg_options=narrow_options(**kwargs))
 
 
 @pytest.mark.parametrize('mask, nms_pre', [(True, 1000), (False, 1000), (True, 40),
                                            (True, -1)])
 def test_graph_equals_mmdet_predict(mask, nms_pre):
     from detector_graph import matched_error, mmdet_detections
-    graph = build_graph(mask=mask, nms_pre=nms_pre)
+    graph = mask_rcnn_detections(0, mask=mask, nms_pre=nms_pre)
     assert graph.detector.roi_head.with_mask == mask
     for batch, shape in [(2, (96, 128)), (1, (130, 97)), (3, (64, 192))]:
         x = torch.randn(batch, 3, *shape, generator=torch.Generator().manual_seed(1))
@@ -68,7 +35,7 @@ def test_graph_equals_mmdet_predict(mask, nms_pre):
 
 def test_graph_without_detections():
     from detector_graph import mmdet_detections
-    graph = build_graph(score_thr=0.99)
+    graph = mask_rcnn_detections(0, score_thr=0.99)
     x = torch.randn(2, 3, 96, 128)
     with torch.no_grad():
         dets, labels, masks = graph(x)
@@ -100,7 +67,7 @@ def test_matched_error_pairs_swapped_detections():
 
 def test_mask_rcnn_dynamic_onnx(tmp_path):
     export = load_export_tool()
-    graph = build_graph(seed=1)
+    graph = mask_rcnn_detections(seed=1)
     ok, lines = export.export_and_check(graph, (96, 128), str(tmp_path / 'm.onnx'))
     assert ok, '\n'.join(lines)
     path = export.export_onnx(graph, torch.randn(2, 3, 96, 128), str(tmp_path / 'm.onnx'))
@@ -118,7 +85,7 @@ def test_mask_rcnn_dynamic_onnx(tmp_path):
         assert graph.parity_error(run(x), ref) < 1e-4, (batch, shape)
 
 
-def test_detector_part_refusals(capsys):
+def test_detector_part_refusals(tmp_path):
     export = load_export_tool()
     with pytest.raises(SystemExit, match='RPN head'):
         export.build(str(ROOT / 'configs/sola/upernet_sola-t_ade20k.py'),
@@ -127,9 +94,12 @@ def test_detector_part_refusals(capsys):
     with pytest.raises(SystemExit, match='cascade'):
         export.build(export.config_file(cascade), part='detector')
     with pytest.raises(SystemExit, match='max_per_img'):
-        export.build(str(CONFIG), part='detector', cfg_options={
-            **narrow_options(), 'model.test_cfg.rcnn.max_per_img': -1})
-    with pytest.raises(SystemExit):
-        export.parse_args([str(CONFIG), '--part', 'detector', '--format',
-                           'torch-export'])
-    assert 'TorchScript exporter only' in capsys.readouterr().err
+        export.build(str(MASK_RCNN), part='detector', cfg_options={
+            **narrow_mask_rcnn(), 'model.test_cfg.rcnn.max_per_img': -1})
+    graph = mask_rcnn_detections()
+    for fmt, exporter, why in (('torch-export', 'torchscript', 'nms_pre'),
+                               ('onnx', 'dynamo', 'NMS')):
+        ok, lines = export.export_and_check(graph, (96, 128), str(tmp_path / 'm'),
+                                            fmt, exporter)
+        assert not ok and lines[0].startswith('refused: ') and why in lines[0]
+        assert not (tmp_path / 'm').exists()

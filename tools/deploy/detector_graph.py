@@ -118,6 +118,12 @@ class TwoStageDetections(nn.Module):
 
     parity_error = staticmethod(matched_error)
     output_names = ('dets', 'labels', 'masks')  # mmdeploy's names
+    # an inference graph: NMS and top-k choose boxes, nothing to train through
+    differentiable = False
+    # routes tools/deploy/export.py refuses, and why
+    unsupported_exports = {
+        'torch-export': 'it guards min(anchors, nms_pre) at the export size',
+        'dynamo': "it has no ONNX translation of torchvision's NMS"}
 
     def __init__(self, detector):
         super().__init__()

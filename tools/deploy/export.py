@@ -1,4 +1,4 @@
-"""Export an mmhybrid backbone or a whole mmseg segmentor, then check it against eager.
+"""Export a backbone, a whole segmentor or detector, then check it against eager.
 
 CONFIG_OR_BACKBONE is a config file (mmseg, mmdet or mmpretrain; ``--part`` picks its
 backbone or, for an mmseg ``EncoderDecoder``, the whole inference graph up to the
@@ -136,9 +136,11 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
     return model
 
 
-def refusals(model):
+def refusals(model, fmt='onnx', exporter='torchscript'):
     """Reasons why an exported graph of ``model`` could not match eager PyTorch."""
-    reasons = []
+    route = exporter if fmt == 'onnx' else fmt
+    why = getattr(model, 'unsupported_exports', {}).get(route)
+    reasons = [f'{route} cannot export {type(model).__name__}: {why}'] if why else []
     for name, p in model.named_parameters():
         # bi_wkv's graphs hold its fp32 path only; it needs T max|w| = max|decay|
         # <= 30 and -20 <= u <= 30 (ops/wkv/chunk.py)
@@ -257,7 +259,7 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
                      static=False, check_shapes=None, stride=32, tol=1e-4, batch=2):
     """Export, then check; returns (ok, report lines). A failed check deletes
     ``path``."""
-    reasons = refusals(model)
+    reasons = refusals(model, fmt, exporter)
     if reasons:
         return False, ['refused: ' + r for r in reasons]
     shapes = [tuple(shape)] if static else (check_shapes or
@@ -312,12 +314,6 @@ def parse_args(argv=None):
     parser.add_argument('--out', help='output file (default: <model>.onnx|.pt2)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
     args = parser.parse_args(argv)
-    if args.part == 'detector' and (args.format, args.exporter) != ('onnx',
-                                                                    'torchscript'):
-        parser.error('--part detector exports to ONNX with the TorchScript exporter '
-                     'only: torch.export guards the number of anchors against the '
-                     "RPN's nms_pre (one side of the min is fixed), and the dynamo "
-                     "exporter has no ONNX translation of torchvision's NMS")
     if args.check_shapes and len(args.check_shapes) % 2:
         parser.error('--check-shapes takes pairs H W')
     return args

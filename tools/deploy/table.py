@@ -1,6 +1,7 @@
-"""Regenerate the deployment table: every tiny backbone x {ONNX (TorchScript
-exporter) + onnxruntime, ONNX (dynamo exporter) + onnxruntime, torch.export,
-torch.compile(fullgraph) forward + backward}.
+"""Regenerate the deployment table: every tiny backbone and the two whole models
+(UPerNet, Mask R-CNN) of ``tools/deploy/cases.py`` x {ONNX (TorchScript exporter) +
+onnxruntime, ONNX (dynamo exporter) + onnxruntime, torch.export,
+torch.compile(fullgraph) forward + backward (forward only for a detector's graph)}.
 
 Exports have dynamic batch, H and W, are made at ``--shape`` and checked at three
 other sizes (``tools/deploy/export.py``); a cell gives the worst relative error or
@@ -19,7 +20,7 @@ import time
 import torch
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from cases import NAMES, build_case  # noqa: E402
+from cases import NAMES, WHOLE_MODELS, build_case  # noqa: E402
 from checks import compile_check  # noqa: E402
 from export import export_and_check  # noqa: E402
 
@@ -34,7 +35,7 @@ def _cell(ok, lines):
     reason = next((line for line in lines if line.startswith('refused: ')
                    and 'does not match' not in line), None)
     if reason:
-        return 'refused (' + reason[len('refused: '):].split(':')[0] + ')'
+        return 'refused (' + reason[len('refused: '):][:100] + ')'
     fails = [line.strip() for line in lines if 'FAIL' in line or 'Error' in line]
     return 'wrong: ' + (fails[0][:80] if fails else '?')
 
@@ -56,8 +57,11 @@ def row(name, shape, backend, tmp):
         except Exception as err:
             cells.append(_fails(err))
     try:
-        err = compile_check(build_case(name), torch.randn(2, 3, *shape), True, backend)
-        cells.append(f'ok {err:.0e}' if err < 1e-4 else f'differs {err:.0e}')
+        model = build_case(name)
+        backward = getattr(model, 'differentiable', True)  # not a detector's graph
+        err = compile_check(model, torch.randn(2, 3, *shape), backward, backend)
+        cells.append((f'ok {err:.0e}' if err < 1e-4 else f'differs {err:.0e}') +
+                     ('' if backward else ' (forward)'))
     except Exception as err:
         cells.append(_fails(err))
     return cells
@@ -65,7 +69,8 @@ def row(name, shape, backend, tmp):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--cases', nargs='+', default=NAMES, choices=NAMES)
+    names = NAMES + sorted(WHOLE_MODELS)
+    parser.add_argument('--cases', nargs='+', default=names, choices=names)
     parser.add_argument('--shape', nargs=2, type=int, default=(64, 96))
     parser.add_argument('--backend', default='inductor')
     parser.add_argument('--out', help='also write the table to this file')
