@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from tests._deploy_tool import load_export_tool
 
 # tools/deploy, on the path now
-from cases import NAMES, build_case, tiny_upernet  # noqa: E402
+from cases import NAMES, build_case, upernet_logits  # noqa: E402
 from checks import compile_check  # noqa: E402
 
 export = load_export_tool()
@@ -120,11 +120,10 @@ def test_upernet_segmentor_dynamic_onnx(exporter, tmp_path):
     """The whole UPerNet (backbone, PPM, FPN, logits) with dynamic H/W: mmseg's
     adaptive pooling is swapped for the exportable pooling matrices. (The backbone
     is a quick one: the backbones have their own tests above.)"""
-    from mmengine.model import revert_sync_batchnorm
-    segmentor = revert_sync_batchnorm(tiny_upernet('swin-global'))
-    assert export.make_exportable(segmentor) == 4
-    model = export.SegmentorLogits(segmentor)
-    model.eval()
+    model = upernet_logits('swin-global').eval()
+    pools = [type(m).__name__ for m in model.modules() if 'AdaptiveAvgPool' in
+             type(m).__name__]
+    assert pools == ['ExportableAdaptiveAvgPool2d'] * 4
     ok, lines = export.export_and_check(model, SHAPE, str(tmp_path / 'm.onnx'),
                                         'onnx', exporter)
     assert ok, '\n'.join(lines)

@@ -103,11 +103,11 @@ def narrow_mask_rcnn(num_classes=3, score_thr=0.05, mask=True, nms_pre=1000):
     return options
 
 
-def upernet_logits():
-    """:func:`tiny_upernet` on 'sola-min' as ``export.py --part segmentor`` exports it."""
+def upernet_logits(backbone='sola-min'):
+    """:func:`tiny_upernet` as ``export.py --part segmentor`` exports it."""
     from mmengine.model import revert_sync_batchnorm
     from export import SegmentorLogits, make_exportable
-    segmentor = revert_sync_batchnorm(tiny_upernet('sola-min'))
+    segmentor = revert_sync_batchnorm(tiny_upernet(backbone))
     make_exportable(segmentor)
     return SegmentorLogits(segmentor)
 
