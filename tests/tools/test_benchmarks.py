@@ -1,5 +1,5 @@
 """The benchmark tools end to end on small cases: the runner (tools/benchmarks),
-its backbone profile, and the whole-image benchmark (tools/deploy/benchmark.py)."""
+its backbone profile, and the deploy suite's whole-image cases."""
 import csv
 import os
 import subprocess
@@ -49,27 +49,48 @@ def test_case_over_its_time_cap_is_a_row(tmp_path):
 
 def _whole_image(*argv):
     return subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'deploy' / 'benchmark.py'), '--whole-image',
-         *argv], capture_output=True, text=True, timeout=600, cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1'))
+        [sys.executable, str(ROOT / 'tools' / 'benchmarks' / 'run.py'), '--suite', 'deploy',
+         '--device', 'cpu', '--whole-image', *argv], capture_output=True, text=True,
+        timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1'))
 
 
 def test_whole_image_backbones_append_and_stop_at_the_cap(tmp_path):
-    """The whole-image benchmark's backbone mode: one row per size, --append keeps
-    the earlier rows, and a model over the time cap is not run at larger sizes."""
-    out, config = str(tmp_path / 'w'), 'configs/infinitevl/upernet_infinitevl-t_ade20k.py'
-    run = _whole_image('64', '--backbone-models', config, '--out', out)
+    """The deploy suite's whole-image backbone mode: one row per size, --append keeps
+    the earlier rows, and a model over the time cap is a row with the peak memory it
+    had reached and is not run at larger sizes."""
+    config = 'configs/infinitevl/upernet_infinitevl-t_ade20k.py'
+    out, csv_path = ('--out', str(tmp_path)), tmp_path / 'whole_image_cpu.csv'
+    run = _whole_image('64', '--backbone-models', config, *out)
     assert run.returncode == 0, run.stderr[-2000:]
-    run = _whole_image('80', '--backbone-models', config, '--out', out, '--append')
+    run = _whole_image('80', '--backbone-models', config, *out, '--append')
     assert run.returncode == 0, run.stderr[-2000:]
-    rows = list(csv.DictReader(open(out + '.csv')))
-    assert [(r['mode'], r['size']) for r in rows] == [('backbone', '64'), ('backbone', '80')]
+    rows = list(csv.DictReader(open(csv_path)))
+    assert [(r['mode'], r['size'], r['status']) for r in rows] == [
+        ('backbone', '64', 'ok'), ('backbone', '80', 'ok')]
     assert all(float(r['time_s']) > 0 and float(r['peak_mib']) > 0 for r in rows)
-    assert (tmp_path / 'w.png').stat().st_size > 0
-    run = _whole_image('64', '96', '--backbone-models', config, '--out', out,
-                       '--time-cap', '0.5')
-    rows = list(csv.DictReader(open(out + '.csv')))
-    assert [(r['size'], r['error']) for r in rows] == [('64', 'over 0.5 s')]
+    assert (tmp_path / 'whole_image_cpu.png').stat().st_size > 0
+    run = _whole_image('64', '96', '--backbone-models', config, *out, '--time-cap', '0.5')
+    [row] = csv.DictReader(open(csv_path))
+    assert row['size'] == '64' and row['status'] == 'too slow (>0.5 s)'
+    assert not row.get('time_s') and float(row['peak_mib']) > 0
+
+
+def test_deploy_runtimes_table(tmp_path):
+    """The deploy suite's runtimes on a tiny SoLA: eager and onnxruntime rows with
+    times, the ratio to eager, and the onnxruntime output checked against eager."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmarks' / 'run.py'), '--suite', 'deploy',
+         '--device', 'cpu', '--model', 'sola-min', '--shape', '64', '96', '--repeat', '1',
+         '--runtimes', 'eager', 'onnxruntime', '--out', str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1'))
+    assert run.returncode == 0, run.stderr[-2000:]
+    eager, ort = csv.DictReader(open(tmp_path / 'deploy_cpu.csv'))
+    assert (eager['runtime'], ort['runtime']) == ('eager', 'onnxruntime')
+    assert eager['status'] == ort['status'] == 'ok'
+    assert float(eager['rel_err']) == 0 and float(ort['rel_err']) < 1e-4
+    ratio = float(eager['time_s']) / float(ort['time_s'])
+    assert float(ort['vs_eager']) == pytest.approx(ratio) and float(eager['vs_eager']) == 1
 
 
 def test_gemm_profile_counts_the_matmuls_it_executes():

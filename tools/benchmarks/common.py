@@ -8,6 +8,7 @@ import os.path as osp
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -108,28 +109,48 @@ def fwd_bwd(fn, inputs, params, args):
     return row
 
 
-def run_child(case, time_cap=None, env=None):
+def _peak_rss_mib(pid):
+    """The high-water mark of a live process's resident memory (``VmHWM``)."""
+    try:
+        with open(f'/proc/{pid}/status') as f:
+            return int(next(ln for ln in f if ln.startswith('VmHWM')).split()[1]) / 1024
+    except (OSError, StopIteration):  # it ended, or no /proc here
+        return 0.
+
+
+def run_child(case, time_cap=None, env=None, watch_peak=False):
     """``case`` (a JSON-able dict) in a fresh process with this one's options: its
     own peak memory, and an OOM or a run past ``time_cap`` s is a status, not a
-    crash. ``env`` defaults to this one with this checkout first on ``PYTHONPATH``."""
+    crash. ``env`` defaults to this one with this checkout first on ``PYTHONPATH``.
+    ``watch_peak``: a case that did not finish gets the peak RSS it had reached."""
     env = env or dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (ROOT, os.environ.get('PYTHONPATH')) if p))
     cmd = [sys.executable, osp.join(ROOT, 'tools', 'benchmarks', 'run.py'),
            *sys.argv[1:], '--single', json.dumps(case)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                              timeout=time_cap)
-    except subprocess.TimeoutExpired:
-        return dict(status=f'too slow (>{time_cap:g} s)')
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('{')]
-    if proc.returncode or not lines:
-        print(f'  {case}: {(proc.stderr.strip() or "no output").splitlines()[-1][:160]}')
-        oom = 'out of memory' in proc.stderr.lower() or proc.returncode in (-9, 137)
-        return dict(status='OOM' if oom else 'failed')
+    with tempfile.TemporaryFile('w+') as out, tempfile.TemporaryFile('w+') as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        start, peak = time.perf_counter(), 0.
+        while proc.poll() is None and (time_cap is None
+                                       or time.perf_counter() - start < time_cap):
+            peak = max(peak, _peak_rss_mib(proc.pid)) if watch_peak else peak
+            time.sleep(0.1)
+        failed = dict(peak_mib=peak) if watch_peak else {}
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            return dict(failed, status=f'too slow (>{time_cap:g} s)')
+        out.seek(0)
+        err.seek(0)
+        lines = [ln for ln in out.read().splitlines() if ln.startswith('{')]
+        if proc.returncode or not lines:
+            stderr = err.read()
+            print(f'  {case}: {(stderr.strip() or "no output").splitlines()[-1][:160]}')
+            oom = 'out of memory' in stderr.lower() or proc.returncode in (-9, 137)
+            return dict(failed, status='OOM' if oom else 'failed')
     return dict(json.loads(lines[-1]), status='ok')
 
 
-def report(args, stem, title, rows, columns, x, ys, series):
+def report(args, stem, title, rows, columns, x=None, ys=None, series=None):
     """Print the table of ``rows`` (``columns``: (header, key, format)), write
     ``stem.csv`` and plot ``ys`` against ``x``, a line per ``series(row)``."""
     cells = [[c[0] for c in columns], ['---'] * len(columns)] + [
@@ -139,6 +160,9 @@ def report(args, stem, title, rows, columns, x, ys, series):
     print(f'\n{title}\n{table}')
     path = osp.join(args.out, stem)
     write_csv(rows, path + '.csv', list(dict.fromkeys(k for r in rows for k in r)))
+    if not ys:
+        print(f'wrote {path}.csv')
+        return
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt

@@ -12,7 +12,7 @@ import sys
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 if not os.environ.get('PYTHONPATH'):  # this checkout's mmhybrid, not an installed one
     sys.path.insert(1, osp.dirname(osp.dirname(sys.path[0])))
-SUITES = ('backbones', 'ops', 'attention', 'infvit', 'sd')
+SUITES = ('backbones', 'ops', 'attention', 'infvit', 'sd', 'deploy')
 
 
 def main(argv=None):
