@@ -17,6 +17,7 @@ from tests._deploy_tool import load_export_tool
 # tools/deploy, on the path now
 from cases import NAMES, build_case, upernet_logits  # noqa: E402
 from checks import compile_check  # noqa: E402
+import exportable  # noqa: E402
 
 export = load_export_tool()
 onnx = pytest.importorskip('onnxruntime')
@@ -110,7 +111,7 @@ def test_wrong_graph_is_refused_and_removed(tmp_path):
                                        ((5, 5), (6, 6)), ((16, 24), (2, 3))])
 def test_exportable_adaptive_pool_is_adaptive_avg_pool(size, bins):
     x = torch.randn(2, 3, *size, dtype=torch.float64)
-    torch.testing.assert_close(export.ExportableAdaptiveAvgPool2d(bins)(x),
+    torch.testing.assert_close(exportable.ExportableAdaptiveAvgPool2d(bins)(x),
                                F.adaptive_avg_pool2d(x, bins))
 
 

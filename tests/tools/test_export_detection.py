@@ -13,6 +13,7 @@ import torch
 from tests._deploy_tool import load_export_tool
 
 from cases import MASK_RCNN, mask_rcnn_detections, narrow_mask_rcnn  # noqa: E402
+from exportable import build, config_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip('onnxruntime')
@@ -88,13 +89,12 @@ def test_mask_rcnn_dynamic_onnx(tmp_path):
 def test_detector_part_refusals(tmp_path):
     export = load_export_tool()
     with pytest.raises(SystemExit, match='RPN head'):
-        export.build(str(ROOT / 'configs/sola/upernet_sola-t_ade20k.py'),
-                     part='detector')
+        build(str(ROOT / 'configs/sola/upernet_sola-t_ade20k.py'), part='detector')
     cascade = 'mmdet::cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py'
     with pytest.raises(SystemExit, match='cascade'):
-        export.build(export.config_file(cascade), part='detector')
+        build(config_file(cascade), part='detector')
     with pytest.raises(SystemExit, match='max_per_img'):
-        export.build(str(MASK_RCNN), part='detector', cfg_options={
+        build(str(MASK_RCNN), part='detector', cfg_options={
             **narrow_mask_rcnn(), 'model.test_cfg.rcnn.max_per_img': -1})
     graph = mask_rcnn_detections()
     for fmt, exporter, why in (('torch-export', 'torchscript', 'nms_pre'),

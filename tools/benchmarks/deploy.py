@@ -62,7 +62,8 @@ def _rss_mib():
 
 def runtime_case(runtime, args):
     """One runtime on ``--model`` in this process."""
-    from export import _as_tuple, build, export_onnx, onnx_runner, relative_error
+    from cases import build
+    from export import _as_tuple, export_onnx, onnx_runner, relative_error
     model = build(args.model, args.checkpoint, args.part, args.cfg_options)
     x = torch.randn(1, 3, *args.shape)
     base, start = _rss_mib(), time.perf_counter()
@@ -92,7 +93,7 @@ def runtime_case(runtime, args):
 def whole_image_case(model_cfg, mode, size):
     """One inference call of a segmentor config at size x size in this process."""
     from banded_head import banded_predict
-    from export import build
+    from exportable import build
     from mmengine.config import ConfigDict
     model = build(model_cfg, part='model')
     model.test_cfg = ConfigDict(SLIDE if mode == 'slide' else dict(mode='whole'))

@@ -7,7 +7,7 @@ W: sliding window), InfiniteVL, Swin- and CSWin-ELFATT with each attention plan,
 InfViT (pure, linear and mixed) and HAViT; a real mmseg UPerNet and our SoLA Mask
 R-CNN config with narrow heads on the smallest SoLA (``WHOLE_MODELS``, as
 ``tools/deploy/export.py`` exports them). ``build_case(name)`` returns the module in
-eval mode.
+eval mode; :func:`build` takes a case name, a config file or a backbone type.
 """
 from pathlib import Path
 
@@ -106,7 +106,7 @@ def narrow_mask_rcnn(num_classes=3, score_thr=0.05, mask=True, nms_pre=1000):
 def upernet_logits(backbone='sola-min'):
     """:func:`tiny_upernet` as ``export.py --part segmentor`` exports it."""
     from mmengine.model import revert_sync_batchnorm
-    from export import SegmentorLogits, make_exportable
+    from exportable import SegmentorLogits, make_exportable
     segmentor = revert_sync_batchnorm(tiny_upernet(backbone))
     make_exportable(segmentor)
     return SegmentorLogits(segmentor)
@@ -116,7 +116,7 @@ def mask_rcnn_detections(seed=1, **options):
     """The narrow :data:`MASK_RCNN` (:func:`narrow_mask_rcnn`) as ``export.py --part
     detector`` exports it, its weights drawn from ``seed``."""
     import torch
-    from export import build
+    from exportable import build
     torch.manual_seed(seed)
     return build(str(MASK_RCNN), part='detector',
                  cfg_options=narrow_mask_rcnn(**options))
@@ -138,3 +138,15 @@ def build_case(name):
         model.init_weights()
     model.eval()  # some backbones' train() returns None: not chained
     return model
+
+
+def build(spec, checkpoint=None, part='backbone', cfg_options=None):
+    """The case named ``spec`` (:func:`build_case`), else :func:`exportable.build`
+    of a config file or backbone type."""
+    if spec not in CASES and spec not in WHOLE_MODELS:
+        from exportable import build as build_exportable
+        return build_exportable(spec, checkpoint, part, cfg_options)
+    if checkpoint or part != 'backbone' or cfg_options:
+        raise SystemExit(f'{spec} is a built-in case: it takes no checkpoint, '
+                         '--part or --cfg-options')
+    return build_case(spec)

@@ -13,12 +13,8 @@ exporting, the file is run (onnxruntime's CPU provider, or the loaded
 ``ExportedProgram``) at three sizes none of which is the export size and compared
 with eager PyTorch; a relative error above ``--tol`` (max |diff| / max |eager| per
 output), an error at run time, or a model the graph cannot represent (see
-:func:`refusals`) deletes the file and exits with status 1 and the reason.
-
-mmseg's pyramid pooling (PPM, UPerNet's head) uses ``nn.AdaptiveAvgPool2d``, which
-the ONNX exporters cannot size from dynamic H and W; the segmentor is exported with
-:class:`ExportableAdaptiveAvgPool2d` in its place, the same bins written as two
-small pooling matrices built from the input size.
+:func:`refusals`) deletes the file and exits with status 1 and the reason. What is
+built for each ``--part``: ``exportable.py``.
 """
 import argparse
 import os
@@ -27,113 +23,11 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
-from mmengine.utils import to_2tuple
+from cases import build
 
 FORMATS = ('onnx', 'torch-export')
 EXPORTERS = ('torchscript', 'dynamo')
 OPSET = 18
-
-
-class ExportableAdaptiveAvgPool2d(nn.Module):
-    """``nn.AdaptiveAvgPool2d`` as pooling matrices: bin i of n over a side of S
-    covers [floor(i S / n), ceil((i + 1) S / n)), averaged; ``P_h x P_w^T``."""
-
-    def __init__(self, output_size):
-        super().__init__()
-        self.output_size = to_2tuple(output_size)
-
-    @staticmethod
-    def _bins(n, size, like):
-        i = torch.arange(n, device=like.device)[:, None]
-        pos = torch.arange(size, device=like.device)[None, :]
-        inside = (pos >= i * size // n) & (pos < ((i + 1) * size + n - 1) // n)
-        inside = inside.to(like.dtype)
-        return inside / inside.sum(-1, keepdim=True)  # (n, size)
-
-    def forward(self, x):
-        H, W = x.shape[-2:]
-        nh, nw = (s if n is None else n for n, s in zip(self.output_size, (H, W)))
-        return self._bins(nh, H, x) @ x @ self._bins(nw, W, x).T
-
-
-def make_exportable(model):
-    """Swap every ``nn.AdaptiveAvgPool2d`` for :class:`ExportableAdaptiveAvgPool2d`
-    (in place); returns the number swapped."""
-    swaps = [(parent, name, child) for parent in model.modules()
-             for name, child in parent.named_children()
-             if type(child) is nn.AdaptiveAvgPool2d]
-    for parent, name, child in swaps:
-        setattr(parent, name, ExportableAdaptiveAvgPool2d(child.output_size))
-    return len(swaps)
-
-
-class SegmentorLogits(nn.Module):
-    """An mmseg ``EncoderDecoder`` from images to raw logits (backbone, neck,
-    decode head; what mmdeploy exports as ``seg_logits`` before resizing)."""
-
-    def __init__(self, segmentor):
-        super().__init__()
-        self.segmentor = segmentor
-
-    def forward(self, x):
-        return self.segmentor._forward(x)
-
-
-def config_file(spec):
-    """``pkg::rel`` -> the config file shipped in the package's ``.mim/configs``."""
-    if '::' not in spec:
-        return spec
-    import importlib
-    package, rel = spec.split('::')
-    return osp.join(osp.dirname(importlib.import_module(package).__file__), '.mim',
-                    'configs', rel)
-
-
-def build(spec, checkpoint=None, part='backbone', cfg_options=None):
-    """The model to export, in eval mode: a config's backbone, segmentor graph
-    (``'segmentor'``) or whole model (``'model'``), or a backbone type built from
-    ``cfg_options``."""
-    import mmhybrid  # noqa: F401  registers our models
-    from mmengine.model import revert_sync_batchnorm
-    from mmengine.runner import load_checkpoint
-    sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-    from cases import CASES, build_case
-    if spec in CASES:  # the tiny backbones of tools/deploy/cases.py
-        model = build_case(spec)
-    elif spec.endswith('.py'):
-        from mmengine.registry import MODELS, init_default_scope
-        sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-        from _common import load_config
-        cfg = load_config(config_file(spec), cfg_options)
-        init_default_scope(cfg.get('default_scope', 'mmhybrid'))
-        model_cfg = cfg.model
-        if 'pretrained' in model_cfg:
-            model_cfg.pretrained = None
-        if 'backbone' in model_cfg:
-            model_cfg.backbone.init_cfg = None
-        model = MODELS.build(model_cfg)
-    else:
-        from mmhybrid.registry import build_model
-        model = build_model(dict(type=spec, **(cfg_options or {})))
-    if checkpoint:
-        load_checkpoint(model, checkpoint, map_location='cpu')
-    model = revert_sync_batchnorm(model)
-    if part == 'segmentor':
-        if not hasattr(model, 'decode_head'):
-            raise SystemExit(f'{spec}: --part segmentor needs an mmseg EncoderDecoder')
-        make_exportable(model)
-        model = SegmentorLogits(model)
-    elif part == 'detector':
-        from detector_graph import TwoStageDetections
-        try:
-            model = TwoStageDetections(model)
-        except ValueError as err:
-            raise SystemExit(f'{spec}: --part detector: {err}')
-    elif part == 'backbone' and hasattr(model, 'backbone'):
-        model = model.backbone
-    model.eval()  # some backbones' train() returns None: not chained
-    return model
 
 
 def refusals(model, fmt='onnx', exporter='torchscript'):

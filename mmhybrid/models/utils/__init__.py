@@ -1,8 +1,8 @@
 from .checkpoint_formats import (FORMATS, Format, convert_checkpoint_file,
                                  convert_cswin, convert_state_dict, convert_swin,
-                                 detect_format)
+                                 detect_format, extract_state_dict)
 from .pos_embed import resize_pos_embed, resize_rel_pos_bias_table, square_grid
-from .pretrained import extract_state_dict, load_pretrained
+from .pretrained import load_pretrained
 
 __all__ = ['FORMATS', 'Format', 'convert_checkpoint_file', 'convert_cswin',
            'convert_state_dict', 'convert_swin', 'detect_format', 'extract_state_dict',

@@ -33,6 +33,20 @@ class Format:
     skip: str = r'^head\.'
 
 
+def extract_state_dict(checkpoint):
+    """The state dict inside a checkpoint (mmengine's ``state_dict``, timm's and
+    DeiT's ``model``, an EMA-only ``state_dict_ema``), without a ``module.``
+    prefix (a DDP-wrapped model)."""
+    for key in ('state_dict', 'model', 'module', 'state_dict_ema'):
+        if isinstance(checkpoint, dict) and isinstance(checkpoint.get(key), dict):
+            checkpoint = checkpoint[key]
+            break
+    if (isinstance(checkpoint, dict) and checkpoint
+            and all(k.startswith('module.') for k in checkpoint)):
+        checkpoint = {k[len('module.'):]: v for k, v in checkpoint.items()}
+    return checkpoint
+
+
 def _any(pattern):
     regex = re.compile(pattern)
     return lambda keys: any(regex.search(k) for k in keys)
@@ -325,7 +339,6 @@ def convert_checkpoint_file(src, dst, model):
     format)`` as written and detected."""
     from mmengine.runner.checkpoint import CheckpointLoader
 
-    from .pretrained import extract_state_dict
     state_dict = extract_state_dict(
         CheckpointLoader.load_checkpoint(str(src), map_location='cpu'))
     if any(k.startswith('backbone.') for k in state_dict):

@@ -5,25 +5,11 @@ from collections import Counter
 from mmengine.logging import print_log
 
 from mmhybrid.utils.checkpoint import load_checkpoint
-from .checkpoint_formats import convert_state_dict
+from .checkpoint_formats import convert_state_dict, extract_state_dict
 from .pos_embed import resize_pos_embed, resize_rel_pos_bias_table, square_grid
 
 MIN_LOADED_FRACTION = 0.5  # with strict=None
 _SHOWN = 3  # names shown per list in the summary
-
-
-def extract_state_dict(checkpoint):
-    """The state dict inside a checkpoint (mmengine's ``state_dict``, timm's and
-    DeiT's ``model``, an EMA-only ``state_dict_ema``), without a ``module.``
-    prefix (a DDP-wrapped model)."""
-    for key in ('state_dict', 'model', 'module', 'state_dict_ema'):
-        if isinstance(checkpoint, dict) and isinstance(checkpoint.get(key), dict):
-            checkpoint = checkpoint[key]
-            break
-    if (isinstance(checkpoint, dict) and checkpoint
-            and all(k.startswith('module.') for k in checkpoint)):
-        checkpoint = {k[len('module.'):]: v for k, v in checkpoint.items()}
-    return checkpoint
 
 
 def _names(keys):
