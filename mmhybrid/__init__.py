@@ -1,7 +1,7 @@
 """mmhybrid: hybrid and linear-attention vision backbones for OpenMMLab.
 
 Importing it registers our ops and models and changes nothing else (checked by
-tests/test_import_side_effects.py).
+tests/utils/test_import_side_effects.py).
 """
 from .version import __version__
 from . import ops  # noqa: E402,F401

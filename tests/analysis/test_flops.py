@@ -460,7 +460,7 @@ def test_get_flops_tool_arch_options_and_arch_table(capsys, monkeypatch):
 
 
 # ELFATT Table 1 (classifiers at 224^2): its parameter counts are checked by
-# tests/test_elfatt_backbones.py; here its FLOPs, with all SDPA attention (nFA) and
+# tests/models/test_elfatt_backbones.py; here its FLOPs, with all SDPA attention (nFA) and
 # without it (FA, what its counter sees when FlashAttention runs), as get_flops.py
 # prints them. The tolerance is 5%; the B models are slow.
 ELFATT_TABLE1 = [

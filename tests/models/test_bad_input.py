@@ -1,6 +1,6 @@
 """Bad input gives one error that names the problem and the fix (one test per case).
 
-Checkpoint files: tests/test_checkpoints.py. The messages are listed in
+Checkpoint files: tests/utils/test_checkpoints.py. The messages are listed in
 docs/design.md ("Errors and bad input").
 """
 import importlib.util

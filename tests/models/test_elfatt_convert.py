@@ -1,7 +1,7 @@
 """Official Swin / CSWin checkpoints (their public key layout) -> our backbones.
 
 More layouts (timm, mmpretrain, mmseg, DeiT, InfSA) and the source models
-themselves: tests/test_weight_sources.py."""
+themselves: tests/models/test_weight_sources.py."""
 import os
 import subprocess
 import sys

@@ -1,7 +1,7 @@
 """High-resolution inference of Linear InfViT-4L within the issue's memory bounds.
 
 Benchmark-marked (not in the default run): ``pytest -m benchmark
-tests/test_infvit_highres.py``. Each case runs the benchmark runner's infvit suite
+tests/models/test_infvit_highres.py``. Each case runs the benchmark runner's infvit suite
 (tools/benchmarks/run.py) in a fresh
 process and reads its peak memory (process RSS on CPU, max allocated on GPU).
 """

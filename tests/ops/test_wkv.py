@@ -192,7 +192,7 @@ def _triton_interpreted():
 @pytest.mark.skipif(importlib.util.find_spec('triton') is None,
                     reason='needs triton')
 def test_triton_kernels_interpreted():
-    """tests/test_wkv_triton.py on CPU tensors under TRITON_INTERPRET=1, in one
+    """tests/ops/test_wkv_triton.py on CPU tensors under TRITON_INTERPRET=1, in one
     subprocess (the variable is read when the kernels are decorated)."""
     test_file = os.path.join(os.path.dirname(__file__), 'test_wkv_triton.py')
     env = dict(os.environ, TRITON_INTERPRET='1')

@@ -1,7 +1,7 @@
 """Triton WKV kernels (``ops/wkv/fused.py``) against the float64 O(T^2) reference.
 
 Natively on CUDA (marked ``cuda``), or on CPU tensors under ``TRITON_INTERPRET=1``:
-``tests/test_wkv.py::test_triton_kernels_interpreted`` runs this file in one subprocess
+``tests/ops/test_wkv.py::test_triton_kernels_interpreted`` runs this file in one subprocess
 with that variable set, because ``@triton.jit`` reads it when it decorates, i.e. when
 ``mmhybrid.ops.wkv.fused`` is first imported, and cannot be switched afterwards.
 """

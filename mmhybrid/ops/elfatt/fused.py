@@ -160,7 +160,7 @@ def launch_config(dtype, D, DV):
     1024 elements (32 x 32, 16 x 64), 8 warps, no multi-stage buffering. Larger
     tiles spill registers on sm_80 or sm_90 (fp32 d = 64 at 128 x 64 and 3 stages
     also needs 188 KB of shared memory, more than an A100 has). Checked by
-    :mod:`mmhybrid.ops.compile_check` (tests/test_kernel_compile.py).
+    :mod:`mmhybrid.ops.compile_check` (tests/ops/test_kernel_compile.py).
     """
     widest = max(triton.next_power_of_2(D), triton.next_power_of_2(DV), 16)
     if dtype in (torch.float16, torch.bfloat16):
