@@ -38,7 +38,8 @@ MODES = dict(whole='models', slide='slide_models', banded='banded_models',
 
 def add_arguments(p):
     from mmengine.config import DictAction
-    p.add_argument('--model', help='runtimes: config file or backbone type')
+    p.add_argument('--model', help='runtimes: config file, backbone type or a case '
+                   'of tools/deploy/cases.py')
     p.add_argument('--checkpoint')
     p.add_argument('--shape', nargs=2, type=int, default=(512, 512))
     p.add_argument('--part', choices=('backbone', 'segmentor', 'detector'),
@@ -140,6 +141,8 @@ def whole_image(args):
                 row = dict(model=model, mode=mode, size=size)
                 row.update(run_child(dict(row), args.time_cap, watch_peak=True))
                 rows.append(row)
+                print(f"  {model} ({mode}) {size}: {row.get('time_s', '-')} s, "
+                      f"{row['status']}", flush=True)
                 if row['status'] != 'ok':
                     break
     report(args, stem, f'Whole-image inference, {args.device_name}, one call', rows,
