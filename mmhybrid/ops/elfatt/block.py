@@ -20,11 +20,11 @@ every size.
 import math
 
 import torch
-import torch.nn.functional as F
 
 from ..attention import softmax_attention
 from ..heads import check_heads
 from ..tracing import is_tracing
+from ..windows import window_partition, window_reverse
 
 
 def block_window(block_size):
@@ -58,25 +58,21 @@ def window_regions(hw_shape, window):
 
 
 def _padded_windows(t, hw_shape, window):
-    """(B, heads, H*W, d) -> the grid zero-padded to whole ``window``s, in
-    window-major order (B, heads, nh * nw, wh * ww, d). Sizes are explicit (no -1)
-    for torch.export."""
-    (H, W), (wh, ww), (B, heads, _, d) = hw_shape, window, t.shape
-    nh, nw = (H + wh - 1) // wh, (W + ww - 1) // ww
-    g = F.pad(t.reshape(B, heads, H, W, d), (0, 0, 0, nw * ww - W, 0, nh * wh - H))
-    g = g.reshape(B, heads, nh, wh, nw, ww, d).transpose(3, 4)
-    return g.reshape(B, heads, nh * nw, wh * ww, d)
+    """(B, heads, H*W, d) -> (B, heads, nW, wh * ww, d): every head's
+    :func:`~mmhybrid.ops.windows.window_partition`, the grid zero-padded to whole
+    ``window``s."""
+    B, heads, N, d = t.shape
+    windows = window_partition(t.reshape(B * heads, N, d), hw_shape, window)
+    return windows.reshape(B, heads, *windows.shape[1:])
 
 
 def _from_padded_windows(x, hw_shape, window):
-    """Inverse of :func:`_padded_windows`, the padding dropped (by index_select:
-    no size guard for torch.export): (B, heads, H*W, d)."""
+    """Inverse of :func:`_padded_windows` (windows flattened or not), the padding
+    dropped: (B, heads, H*W, d)."""
     (H, W), (wh, ww), (B, heads, d) = hw_shape, window, (*x.shape[:2], x.shape[-1])
-    nh, nw = (H + wh - 1) // wh, (W + ww - 1) // ww
-    x = x.reshape(B, heads, nh, nw, wh, ww, d).transpose(3, 4)
-    x = x.reshape(B, heads, nh * wh, nw * ww, d)
-    x = x.index_select(2, torch.arange(H, device=x.device))
-    return x.index_select(3, torch.arange(W, device=x.device)).reshape(B, heads, H * W, d)
+    nW = (H + wh - 1) // wh * ((W + ww - 1) // ww)
+    out = window_reverse(x.reshape(B * heads, nW, wh * ww, d), hw_shape, window)
+    return out.reshape(B, heads, H * W, d)
 
 
 def map_windows(fn, tensors, hw_shape, window):
