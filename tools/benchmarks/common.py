@@ -132,7 +132,8 @@ def run_child(case, time_cap=None, env=None, watch_peak=False):
         start, peak = time.perf_counter(), 0.
         while proc.poll() is None and (time_cap is None
                                        or time.perf_counter() - start < time_cap):
-            peak = max(peak, _peak_rss_mib(proc.pid)) if watch_peak else peak
+            if watch_peak:
+                peak = max(peak, _peak_rss_mib(proc.pid))
             time.sleep(0.1)
         failed = dict(peak_mib=peak) if watch_peak else {}
         if proc.poll() is None:

@@ -15,6 +15,8 @@ import torch
 import torch.nn as nn
 from mmengine.utils import to_2tuple
 
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # tools/: _common
+
 
 class ExportableAdaptiveAvgPool2d(nn.Module):
     """``nn.AdaptiveAvgPool2d`` as pooling matrices: bin i of n over a side of S
@@ -78,9 +80,8 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
     from mmengine.model import revert_sync_batchnorm
     from mmengine.runner import load_checkpoint
     if spec.endswith('.py'):
-        from mmengine.registry import MODELS, init_default_scope
-        sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
         from _common import load_config
+        from mmengine.registry import MODELS, init_default_scope
         cfg = load_config(config_file(spec), cfg_options)
         init_default_scope(cfg.get('default_scope', 'mmhybrid'))
         model_cfg = cfg.model
