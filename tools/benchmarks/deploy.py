@@ -19,14 +19,13 @@ model's larger sizes are not run; ``--append`` keeps the rows already in the CSV
 """
 import csv
 import os.path as osp
-import resource
 import sys
 import tempfile
 import time
 
 import torch
 
-from common import ROOT, report, run_child
+from common import ROOT, min_time, process_peak_mib, report, run_child
 
 sys.path.insert(0, osp.join(ROOT, 'tools', 'deploy'))
 RUNTIMES = ('eager', 'compile', 'onnxruntime')
@@ -57,17 +56,13 @@ def add_arguments(p):
     p.add_argument('--time-cap', type=float, default=900., help='seconds per case')
 
 
-def _rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def runtime_case(runtime, args):
     """One runtime on ``--model`` in this process."""
     from cases import build
     from export import _as_tuple, export_onnx, onnx_runner, relative_error
     model = build(args.model, args.checkpoint, args.part, args.cfg_options)
     x = torch.randn(1, 3, *args.shape)
-    base, start = _rss_mib(), time.perf_counter()
+    base, start = process_peak_mib('cpu'), time.perf_counter()
     if runtime == 'onnxruntime':
         path = osp.join(tempfile.mkdtemp(), 'model.onnx')
         run = onnx_runner(export_onnx(model, x, path, 'torchscript'), args.threads)
@@ -82,13 +77,8 @@ def runtime_case(runtime, args):
         ref = model(x)
     error = getattr(model, 'parity_error', relative_error)
     err = error([torch.as_tensor(o) for o in _as_tuple(out)], _as_tuple(ref))
-    times = []
-    for _ in range(args.repeat):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return dict(time_s=min(times), setup_s=setup, peak_mib=_rss_mib() - base,
-                rel_err=err)
+    return dict(time_s=min_time(step, args.repeat, 'cpu', warmup=0), setup_s=setup,
+                peak_mib=process_peak_mib('cpu') - base, rel_err=err)
 
 
 def whole_image_case(model_cfg, mode, size):
@@ -101,7 +91,7 @@ def whole_image_case(model_cfg, mode, size):
     meta = dict(img_shape=(size, size), ori_shape=(size, size),
                 pad_shape=(size, size), padding_size=[0, 0, 0, 0])
     x = torch.randn(1, 3, size, size)
-    base, start = _rss_mib(), time.perf_counter()
+    base, start = process_peak_mib('cpu'), time.perf_counter()
     with torch.inference_mode():
         if mode == 'backbone':
             model.backbone(x)
@@ -109,8 +99,8 @@ def whole_image_case(model_cfg, mode, size):
             banded_predict(model, x)
         else:
             model.inference(x, [meta])
-    return dict(time_s=time.perf_counter() - start, peak_mib=_rss_mib(),
-                extra_mib=_rss_mib() - base)
+    seconds, peak = time.perf_counter() - start, process_peak_mib('cpu')
+    return dict(time_s=seconds, peak_mib=peak, extra_mib=peak - base)
 
 
 def single(case, args):

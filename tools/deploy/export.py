@@ -81,15 +81,6 @@ def _dims():
     return {0: auto, 2: auto, 3: auto}
 
 
-def export_program(model, x, path=None, static=False):
-    """``torch.export`` of ``model`` with dynamic batch, H and W; saved to ``path``."""
-    program = torch.export.export(
-        model, (x, ), dynamic_shapes=None if static else (_dims(), ))
-    if path:
-        torch.export.save(program, path)
-    return program
-
-
 def onnx_runner(path, threads=1):
     """A function running the ONNX file in onnxruntime's CPU provider."""
     import onnxruntime as ort
@@ -102,11 +93,6 @@ def onnx_runner(path, threads=1):
         return [torch.from_numpy(o) for o in session.run(None, {'input': x.numpy()})]
 
     return run
-
-
-def program_runner(program):
-    module = program.module()
-    return torch.no_grad()(lambda x: _as_tuple(module(x)))
 
 
 def relative_error(outs, refs):
@@ -163,8 +149,11 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
     if fmt == 'onnx':
         run = onnx_runner(export_onnx(model, x, path, exporter, static))
     else:
-        program = export_program(model, x, path, static)
-        run = program_runner(program)
+        program = torch.export.export(  # dynamic batch, H and W unless static
+            model, (x, ), dynamic_shapes=None if static else (_dims(), ))
+        torch.export.save(program, path)
+        module = program.module()
+        run = torch.no_grad()(lambda x: _as_tuple(module(x)))
     lines = [f'exported {path} ({fmt}{"/" + exporter if fmt == "onnx" else ""}, '
              f'{"static" if static else "dynamic batch/H/W"}) in '
              f'{time.perf_counter() - start:.1f} s']
