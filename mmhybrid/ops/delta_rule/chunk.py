@@ -40,8 +40,6 @@ every length: plain ops that autograd differentiates, a fixed chunk length, one
 segment padded to whole chunks by size arithmetic, and the state recurrence as a
 loop the graph keeps, in the form each tracer needs (:mod:`.recurrence`).
 """
-import functools
-
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
@@ -124,15 +122,6 @@ def _rowdot(a, b):
     return (a * b).sum(-1, keepdim=True)
 
 
-def _masks(chunk, device):
-    """(C, C) bool mask of j <= r, and the (2, C, C) float masks strictly lower
-    (for A) and lower with the diagonal (for the intra-chunk scores P); made from
-    aranges."""
-    index = torch.arange(chunk, device=device)
-    below = index[:, None] - index[None, :]
-    return below >= 0, torch.stack((below > 0, below >= 0)).float()
-
-
 def _segment_forward(q, k, v, g, beta, state, scale, l2norm, save):
     """The chunks of one segment, layout (n, B, H, C, d), entering state
     (B * H, K, V). Returns the output (n, B, H, C, V), the leaving state and,
@@ -152,8 +141,9 @@ def _segment_forward(q, k, v, g, beta, state, scale, l2norm, save):
     gamma = eG[..., -1:]
     out_decay = (G[..., -1:] - G).exp()
     # D = e^{G_r - G_j} for j <= r, 0 above (the -inf keeps exponents finite)
-    lower, masks = _masks(C, q.device)
-    decay = (G[..., :, None] - G[..., None, :]).masked_fill(~lower, -torch.inf).exp()
+    index = torch.arange(C, device=q.device)
+    below = index[:, None] - index[None, :]  # r - j
+    decay = (G[..., :, None] - G[..., None, :]).masked_fill(below < 0, -torch.inf).exp()
     # rows [beta k; s q] of one (2C, K) block per chunk: one matmul by K^T gives
     # A and the intra-chunk scores P. A keeps a diagonal that nothing reads (the
     # inverse reads the strictly lower part; its terms cancel in dG)
@@ -177,8 +167,10 @@ def _segment_forward(q, k, v, g, beta, state, scale, l2norm, save):
     o = _baddbmm(qg @ s_in, p, delta)
     saved = None
     if save:
-        saved = (q, k, v, beta, eG, gamma, out_decay, decay[..., None, :, :] *
-                 masks.to(q.dtype), ap, t, w, k_out, trans, s_in, delta, qg, kq, rq, rk)
+        # the decay masked strictly lower (for A) and lower (for P)
+        masks = torch.stack((below > 0, below >= 0)).to(q.dtype)
+        saved = (q, k, v, beta, eG, gamma, out_decay, decay[..., None, :, :] * masks,
+                 ap, t, w, k_out, trans, s_in, delta, qg, kq, rq, rk)
     return o, state, saved
 
 
@@ -258,14 +250,8 @@ def _segment_inputs(tensors, start, stop, chunk, both, extra=0):
     return [take(x) for x in tensors]
 
 
-def _fold(piece, B, both):
-    """A whole sequence's (B or 2B, T, ...) result -> (B, T, ...): the forward
-    sequences' plus (``both``) the reversed ones' flipped back into place."""
-    return piece[:B] + piece[B:].flip(1) if both else piece
-
-
 def _add_segment(out, piece, start, stop, both):
-    """:func:`_fold` for one segment, added into ``out`` (B, T, ...) in place: the
+    """One segment's (B or 2B, n, ...) result added into ``out`` (B, T, ...) in place: the
     forward sequences' result at [start, stop), the reversed ones' flipped back
     into [T - stop, T - start). The segments' results are never all held at once."""
     B, T = out.shape[:2]
@@ -295,7 +281,7 @@ def _forward(q, k, v, g, beta, state, scale, chunk, segment, l2norm, both,
                                           l2norm, save)
         o = from_chunks(o)[:, :stop - start]
         if len(segments) == 1:
-            out = _fold(o, B, both)
+            out = o[:B] + o[B:].flip(1) if both else o
         else:
             out = o.new_zeros(B, T, H, V) if out is None else out
             _add_segment(out, o, start, stop, both)
@@ -303,25 +289,15 @@ def _forward(q, k, v, g, beta, state, scale, chunk, segment, l2norm, both,
     return out, state.view(S, H, K, V), saved
 
 
-def _without_autocast(method):
-    """Run a forward/backward in the dtype of its tensors, whatever autocast says
-    (the inputs are already fp32/fp64)."""
-    @functools.wraps(method)
-    def wrapper(ctx, first, *args):
-        with no_autocast(first.device.type):
-            return method(ctx, first, *args)
-    return wrapper
-
-
 class ChunkGatedDeltaRule(torch.autograd.Function):
     """The streamed chunk form with its hand-written backward (module docstring)."""
 
     @staticmethod
-    @_without_autocast
     def forward(ctx, q, k, v, g, beta, initial_state, scale, chunk, segment,
                 l2norm, both):
-        o, state, saved = _forward(q, k, v, g, beta, initial_state, scale, chunk,
-                                   segment, l2norm, both, save=True)
+        with no_autocast(q.device.type):  # the inputs are already fp32/fp64
+            o, state, saved = _forward(q, k, v, g, beta, initial_state, scale, chunk,
+                                       segment, l2norm, both, save=True)
         ctx.save_for_backward(*(x for kept in saved for x in kept))
         ctx.config = (len(saved[0]), scale, chunk, segment, l2norm, both,
                       initial_state is not None, k.shape[1])
@@ -329,7 +305,6 @@ class ChunkGatedDeltaRule(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    @_without_autocast
     def backward(ctx, do, dstate):
         per_segment, scale, chunk, segment, l2norm, both, has_initial_state, T = \
             ctx.config
@@ -339,14 +314,15 @@ class ChunkGatedDeltaRule(torch.autograd.Function):
         K, S = saved[0][1].shape[-1], B * (1 + both)
         dstate = (do.new_zeros(S * H, K, V) if dstate is None else
                   dstate.reshape(S * H, K, V))
-        grads = None
-        for (start, stop), kept in reversed(list(zip(_segments(T, segment), saved))):
-            (dos, ) = _segment_inputs((do, ), start, stop, chunk, both)
-            seg_grads, dstate = _segment_backward(kept, dos, dstate, scale, l2norm)
-            seg_grads = [from_chunks(x)[:, :stop - start] for x in seg_grads]
-            grads = grads or [x.new_zeros(B, T, *x.shape[2:]) for x in seg_grads]
-            for grad, piece in zip(grads, seg_grads):
-                _add_segment(grad, piece, start, stop, both)
+        with no_autocast(do.device.type):
+            grads = None
+            for (start, stop), kept in reversed(list(zip(_segments(T, segment), saved))):
+                (dos, ) = _segment_inputs((do, ), start, stop, chunk, both)
+                seg_grads, dstate = _segment_backward(kept, dos, dstate, scale, l2norm)
+                seg_grads = [from_chunks(x)[:, :stop - start] for x in seg_grads]
+                grads = grads or [x.new_zeros(B, T, *x.shape[2:]) for x in seg_grads]
+                for grad, piece in zip(grads, seg_grads):
+                    _add_segment(grad, piece, start, stop, both)
         dq, dk, dv, dg, dbeta = grads
         dh0 = dstate.view(S, H, K, V) if has_initial_state else None
         return dq, dk, dv, dg, dbeta, dh0, None, None, None, None, None

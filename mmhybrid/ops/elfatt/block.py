@@ -117,17 +117,6 @@ def map_windows(fn, tensors, hw_shape, window):
     return out.reshape(B, heads, H * W, -1)
 
 
-def masked_attention(q, k, v, mask, scale=None):
-    """``softmax(Q K^T s + log(mask)) V`` written out: the traced form of the local
-    heads (no reshapes inside, unlike the decomposed ``scaled_dot_product_attention``,
-    so torch.export adds no size guards). ``mask`` (bool) broadcasts to the logits;
-    every row must keep a key."""
-    scale = q.shape[-1]**-0.5 if scale is None else scale
-    logits = torch.matmul(q, k.transpose(-2, -1)) * scale
-    logits = logits.masked_fill(~mask, float('-inf'))
-    return torch.matmul(torch.softmax(logits, dim=-1), v)
-
-
 def _traced_window_attention(q, k, v, hw_shape, window, scale):
     """One masked attention over the grid zero-padded to whole windows."""
     (H, W), (wh, ww) = hw_shape, window
@@ -139,9 +128,13 @@ def _traced_window_attention(q, k, v, hw_shape, window, scale):
                             window)[0, 0]
     (q, k, v) = (_padded_windows(t, hw_shape, window) for t in (q, k, v))
     B, heads, nW, L, _ = q.shape
-    # 4-D for the ONNX exporters: (B * heads, nW, L, d)
-    out = masked_attention(*(t.reshape(B * heads, nW, L, t.shape[-1])
-                             for t in (q, k, v)), valid.reshape(nW, 1, L), scale)
+    # 4-D for the ONNX exporters: (B * heads, nW, L, d); softmax attention written
+    # out (the decomposed SDPA reshapes, on which torch.export adds size guards)
+    q, k, v = (t.reshape(B * heads, nW, L, t.shape[-1]) for t in (q, k, v))
+    logits = torch.matmul(q, k.transpose(-2, -1)) * (
+        q.shape[-1]**-0.5 if scale is None else scale)
+    logits = logits.masked_fill(~valid.reshape(nW, 1, L), float('-inf'))
+    out = torch.matmul(torch.softmax(logits, dim=-1), v)
     return _from_padded_windows(out.reshape(B, heads, nW, L, v.shape[-1]), hw_shape, window)
 
 
@@ -160,8 +153,6 @@ def block_attention(q, k, v, block_size, scale=None):
     Returns:
         (B, heads, N, dv).
     """
-    if block_size < 1:
-        raise ValueError(f'block_size must be >= 1, got {block_size}')
     return window_block_attention(q, k, v, (1, q.shape[-2]), (1, block_size), scale)
 
 

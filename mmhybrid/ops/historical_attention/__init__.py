@@ -9,6 +9,7 @@ block-wise backward, so the only N x N tensor is the history itself; ``naive`` i
 the reference for tests. The choice follows :mod:`mmhybrid.ops.dispatch`.
 """
 from ..dispatch import choose_backend
+from ..heads import check_heads
 from .chunk import chunk_historical_attention
 from .naive import naive_historical_attention
 
@@ -35,10 +36,7 @@ def historical_attention(q, k, v, history=None, alpha=0.45, scale=None,
         (B, heads, N, N), None unless ``return_history`` (``chunk`` keeps it in
         fp32, or fp64 for fp64 inputs).
     """
-    if q.dim() != 4 or q.shape != k.shape or q.shape[:3] != v.shape[:3]:
-        raise ValueError(f'q, k, v must be (B, heads, N, d) with equal leading '
-                         f'dims; got {tuple(q.shape)}, {tuple(k.shape)}, '
-                         f'{tuple(v.shape)}')
+    check_heads(q, k, v)
     B, H, N, _ = q.shape
     if history is not None and (history.dim() != 4 or history.shape[0] not in (1, B)
                                 or history.shape[1:] != (H, N, N)):

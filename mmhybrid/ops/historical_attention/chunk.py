@@ -27,17 +27,10 @@ there the op is one block of plain ops differentiated by autograd, with
 import torch
 import torch.nn.functional as F
 
+from ..infsa.chunk import _blocks, _rows_per_block
 from ..tracing import is_tracing
 
 BLOCK_ELEMENTS = 1 << 24
-
-
-def _rows_per_block(batch, heads, n_q, n_k, block_elements):
-    return max(1, min(n_q, block_elements // max(batch * heads * n_k, 1)))
-
-
-def _blocks(N, rows):
-    return [(start, min(start + rows, N)) for start in range(0, N, rows)]
 
 
 def _acc_dtype(x):
@@ -73,7 +66,7 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         B, H, N, _ = q.shape
         acc = _acc_dtype(q)
-        rows = _rows_per_block(B, H, N, k.shape[-2], block_elements)
+        rows = _rows_per_block(q, k, block_elements)
         kt = k.transpose(-2, -1)
         out = v.new_empty(B, H, N, v.shape[-1])
         new_history = (q.new_empty(B, H, N, k.shape[-2], dtype=acc)

@@ -5,24 +5,13 @@ path, exact for any w, u, every device), ``triton`` (the fused kernels of
 :mod:`.fused`, the automatic choice for CUDA tensors when Triton imports) and
 ``naive`` (the O(T^2) reference). The choice follows :mod:`mmhybrid.ops.dispatch`.
 """
-import importlib
-
-from ..dispatch import choose_backend
+from ..dispatch import choose_backend, fused_module
 from .chunk import chunk_bi_wkv
 from .naive import naive_bi_wkv
 
 
-def _fused():
-    """:mod:`.fused`, imported on first use (Triton is optional and slow to import)."""
-    return importlib.import_module('.fused', __name__)
-
-
 def _triton(w, u, k, v):
-    try:
-        fused = _fused()
-    except ImportError as err:
-        raise RuntimeError(f'WKV triton backend: triton does not import ({err})') from err
-    return fused.fused_bi_wkv(w, u, k, v)
+    return fused_module(__name__, 'bi_wkv').fused_bi_wkv(w, u, k, v)
 
 
 BACKENDS = {'torch': chunk_bi_wkv, 'chunk': chunk_bi_wkv, 'triton': _triton,
@@ -30,13 +19,10 @@ BACKENDS = {'torch': chunk_bi_wkv, 'chunk': chunk_bi_wkv, 'triton': _triton,
 
 
 def _auto(k):
-    if not k.is_cuda:
-        return 'torch'
     try:
-        _fused()
-    except ImportError:
+        return 'triton' if k.is_cuda and fused_module(__name__, 'bi_wkv') else 'torch'
+    except RuntimeError:  # no Triton
         return 'torch'
-    return 'triton'
 
 
 def bi_wkv(w, u, k, v, backend=None):

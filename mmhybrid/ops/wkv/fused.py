@@ -279,13 +279,6 @@ def _carries(w, sources, T, backward):
     return carry, key_max
 
 
-def _state_shapes(k):
-    """Shapes of what the forward keeps for backward: den, carry, key maximum."""
-    B, T, C = k.shape
-    NT = -(-T // BLOCK_T)
-    return (B, T, C), (B, NT, 4, C), (B, C)
-
-
 @torch.library.custom_op('mmhybrid::bi_wkv_forward', mutates_args=())
 def bi_wkv_forward(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor,
                    v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
@@ -308,8 +301,9 @@ def bi_wkv_forward(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor,
 
 @bi_wkv_forward.register_fake
 def _(w, u, k, v):
-    den, carry, key_max = (k.new_empty(shape, dtype=torch.float32)
-                           for shape in _state_shapes(k))
+    B, T, C = k.shape
+    den, carry, key_max = (k.new_empty(shape, dtype=torch.float32) for shape in
+                           ((B, T, C), (B, -(-T // BLOCK_T), 4, C), (B, C)))
     return torch.empty_like(v, memory_format=torch.contiguous_format), den, carry, key_max
 
 
