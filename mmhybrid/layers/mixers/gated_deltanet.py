@@ -70,8 +70,8 @@ class BidirectionalGatedDeltaNet(nn.Module):
         qkv = (F.silu(self.qkv(x)) if self.conv is None else
                conv_in_bands(x, hw_shape, self.qkv, self.conv, F.silu))
         beta = torch.sigmoid(self.b_proj(x))
-        g = -self.A_log.float().exp() * F.softplus(
-            self.a_proj(x).float() + self.dt_bias)
+        acc = torch.promote_types(x.dtype, torch.float32)  # fp64 stays fp64
+        g = -self.A_log.to(acc).exp() * F.softplus(self.a_proj(x).to(acc) + self.dt_bias)
         # reshape with sizes, not unflatten: the TorchScript ONNX exporter freezes
         # the sizes of unflatten's output
         q, k, v = (t.reshape(B, N, self.num_heads, -1)
@@ -84,11 +84,11 @@ class BidirectionalGatedDeltaNet(nn.Module):
         B, N, _ = x.shape
         hidden = self.scan(x, hw_shape)
         gate = F.silu(self.g_proj(x)).reshape(B, N, self.num_heads, -1)
-        # the per-head RMSNorm in float32 whatever the autocast / parameter dtype,
-        # written out (ONNX has no RMSNormalization before opset 23)
-        hidden32 = hidden.float()
-        norm = self.o_norm
-        out = hidden32 * torch.rsqrt(hidden32.square().mean(-1, keepdim=True) +
-                                     norm.eps) * norm.weight.float()
+        # the per-head RMSNorm in float32 at least, whatever the autocast /
+        # parameter dtype, written out (ONNX has no RMSNormalization before opset 23)
+        acc = torch.promote_types(hidden.dtype, torch.float32)
+        wide, norm = hidden.to(acc), self.o_norm
+        out = wide * torch.rsqrt(wide.square().mean(-1, keepdim=True) +
+                                 norm.eps) * norm.weight.to(acc)
         out = out.to(gate.dtype) * gate
         return self.o_proj(out.flatten(2)), state._replace(hidden=hidden.flatten(2))
