@@ -54,7 +54,7 @@ def bidirectional_gated_deltanet(module, inputs, output):
     element-wise (fvcore and mmengine have no rule for RMSNorm either)."""
     B, N, C = inputs[0].shape
     H = module.num_heads
-    return {'delta_rule': delta_rule_macs(2 * B, N, H, C // H, module.value_dims // H)}
+    return {'delta_rule': delta_rule_macs(2 * B, N, H, C // H, module.hidden_dims // H)}
 
 
 def sliding_window_macs(batch, heads, hw_shape, window_size, key_dim, value_dim):

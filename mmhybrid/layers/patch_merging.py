@@ -23,9 +23,7 @@ class PatchMerging(nn.Module):
     def __init__(self, in_channels, out_channels, norm_cfg=dict(type='LN'),
                  bias=False):
         super().__init__()
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.norm = build_norm_layer(norm_cfg, 4 * in_channels)[1] if norm_cfg else None
+        self.norm = build_norm_layer(norm_cfg, 4 * in_channels)[1]
         self.reduction = nn.Linear(4 * in_channels, out_channels, bias=bias)
 
     def forward(self, x, hw_shape):
@@ -38,6 +36,4 @@ class PatchMerging(nn.Module):
             x = F.pad(x, (0, 0, 0, W % 2, 0, H % 2))
         h, w = (H + H % 2) // 2, (W + W % 2) // 2
         x = x.reshape(B, h, 2, w, 2, C).permute(0, 1, 3, 5, 2, 4).reshape(B, h * w, 4 * C)
-        if self.norm is not None:
-            x = self.norm(x)
-        return self.reduction(x), (h, w)
+        return self.reduction(self.norm(x)), (h, w)

@@ -1,5 +1,6 @@
 """The base of the attention token mixers: projections, heads, LePE, output."""
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..block import MixerState
 from ..mlp import map_to_tokens, tokens_to_map
@@ -15,6 +16,15 @@ def from_heads(x):
     """(B, heads, N, d) -> (B, N, heads * d)."""
     B, _, N, _ = x.shape
     return x.transpose(1, 2).reshape(B, N, -1)
+
+
+def conv_in_windows(x, window, weight, bias):
+    """The depth-wise 3x3 conv ``weight`` inside each ``window`` of (..., n * wh *
+    ww, C) window-major tokens (LePE inside a window or stripe)."""
+    C = x.shape[-1]
+    out = F.conv2d(x.reshape(-1, *window, C).permute(0, 3, 1, 2), weight, bias,
+                   padding=1, groups=C)
+    return out.permute(0, 2, 3, 1).reshape(x.shape)
 
 
 class AttentionMixer(nn.Module):

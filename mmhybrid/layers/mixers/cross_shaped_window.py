@@ -1,10 +1,9 @@
 """CSWin's cross-shaped window attention, the 'local' attention of CSWin."""
 import torch
-import torch.nn.functional as F
 
 from mmhybrid.ops.windows import (window_attention, window_mask, window_partition,
                                   window_reverse)
-from .base import AttentionMixer
+from .base import AttentionMixer, conv_in_windows
 
 
 class CrossShapedWindowAttention(AttentionMixer):
@@ -22,16 +21,14 @@ class CrossShapedWindowAttention(AttentionMixer):
             raise ValueError('cross-shaped attention needs an even number of heads')
         self.split_size = split_size
 
-    def _stripes(self, hw_shape):
-        H, W = hw_shape
-        s = self.split_size
-        return ((H, s), (s, W))  # (vertical, horizontal) stripe windows
+    def _branches(self, hw_shape):
+        """(channels, window) of the vertical and of the horizontal stripes."""
+        (H, W), s, half = hw_shape, self.split_size, self.dims // 2
+        return ((slice(0, half), (H, s)), (slice(half, None), (s, W)))
 
     def attend(self, q, k, v, hw_shape, state):
-        half = self.dims // 2
         outs = []
-        for branch, window in enumerate(self._stripes(hw_shape)):
-            part = slice(branch * half, (branch + 1) * half)
+        for part, window in self._branches(hw_shape):
             padded = hw_shape[0] % window[0] or hw_shape[1] % window[1]
             mask = window_mask(hw_shape, window, None, q.device) if padded else None
             windows = [window_partition(t[..., part], hw_shape, window)
@@ -42,15 +39,9 @@ class CrossShapedWindowAttention(AttentionMixer):
         return torch.cat(outs, dim=-1), state
 
     def positional(self, v, hw_shape):
-        half = self.dims // 2
         outs = []
-        for branch, window in enumerate(self._stripes(hw_shape)):
-            part = slice(branch * half, (branch + 1) * half)
-            w = window_partition(v[..., part], hw_shape, window)  # (B, nW, L, C/2)
-            B, nW, L, C = w.shape
-            w = w.reshape(B * nW, *window, C).permute(0, 3, 1, 2)
-            w = F.conv2d(w, self.lepe.weight[part], self.lepe.bias[part],
-                         padding=1, groups=C)
-            w = w.permute(0, 2, 3, 1).reshape(B, nW, L, C)
+        for part, window in self._branches(hw_shape):
+            w = conv_in_windows(window_partition(v[..., part], hw_shape, window),
+                                window, self.lepe.weight[part], self.lepe.bias[part])
             outs.append(window_reverse(w, hw_shape, window))
         return torch.cat(outs, dim=-1)

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from mmhybrid.ops import block_attention, effatt
 from mmhybrid.ops.elfatt import block_window, map_windows, window_block_attention
 from ..mlp import map_to_tokens, tokens_to_map
-from .base import AttentionMixer, from_heads, to_heads
+from .base import AttentionMixer, conv_in_windows, from_heads, to_heads
 
 
 def split_elfatt_heads(dims, num_heads, global_ratio):
@@ -102,15 +102,9 @@ class ELFATTAttention(AttentionMixer):
         if self.block_layout == '1d' or not self.local_heads:
             return super().positional(v, hw_shape)
         weight, bias = self.lepe.weight, self.lepe.bias
-
-        def window_conv(v, size):  # (B, 1, n*wh*ww, C) window-major tokens
-            B, _, L, C = v.shape
-            x = v.reshape(-1, *size, C).permute(0, 3, 1, 2)
-            x = F.conv2d(x, weight[c1:], bias[c1:], padding=1, groups=C)
-            return x.permute(0, 2, 3, 1).reshape(B, 1, L, C)
-
-        local = map_windows(window_conv, (v[..., c1:].unsqueeze(1), ), hw_shape,
-                            self.window).squeeze(1)
+        local = map_windows(
+            lambda x, size: conv_in_windows(x, size, weight[c1:], bias[c1:]),
+            (v[..., c1:].unsqueeze(1), ), hw_shape, self.window).squeeze(1)
         if not c1:
             return local
         image = F.conv2d(tokens_to_map(v[..., :c1], hw_shape), weight[:c1],

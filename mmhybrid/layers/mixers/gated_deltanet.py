@@ -44,8 +44,7 @@ class BidirectionalGatedDeltaNet(nn.Module):
             raise ValueError(f'conv_size must be odd (or 0 for no conv), got '
                              f'{conv_size}')
         self.num_heads = num_heads
-        self.value_dims = value_dims
-        self.hidden_dims = value_dims
+        self.hidden_dims = value_dims  # what a Hidden State Bridge samples
         self.split = (dims, dims, value_dims)
         self.qkv = nn.Linear(dims, 2 * dims + value_dims, bias=False)
         self.conv = (nn.Conv2d(sum(self.split), sum(self.split), conv_size,

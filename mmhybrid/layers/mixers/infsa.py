@@ -33,11 +33,6 @@ from ..mlp import map_to_tokens, tokens_to_map
 from .base import from_heads, to_heads
 
 
-
-def gamma_to_logit(gamma):
-    return math.log(gamma / (1 - gamma))
-
-
 class InfSAttention(nn.Module):
     """InfSA token mixer on (B, N, C) tokens of an ``hw_shape`` map.
 
@@ -82,7 +77,7 @@ class InfSAttention(nn.Module):
         self.k = None if self.tie_qk else nn.Linear(dims, dims, bias=qkv_bias)
         self.v = nn.Linear(dims, dims, bias=qkv_bias)
         self.gamma_logit = nn.Parameter(
-            torch.full((num_heads, ), gamma_to_logit(gamma_init)))
+            torch.full((num_heads, ), math.log(gamma_init / (1 - gamma_init))))
         self.lepe = (nn.Conv2d(dims, dims, 3, padding=1, groups=dims)
                      if local_path == 'lepe' else None)
         self.proj = nn.Linear(dims, dims)
@@ -96,9 +91,6 @@ class InfSAttention(nn.Module):
     def power(self):
         """The exponent of gamma in this layer's output scale."""
         return self.depth if self.discount == 'depth' and self.variant == 'pure' else 1
-
-    def reset_gamma(self):
-        nn.init.constant_(self.gamma_logit, gamma_to_logit(self.gamma_init))
 
     def forward(self, x, hw_shape, state=MixerState()):
         q = to_heads(self.q(x), self.num_heads)

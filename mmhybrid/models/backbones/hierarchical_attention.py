@@ -6,10 +6,9 @@ config changes of one model."""
 import torch
 import torch.nn as nn
 from mmcv.cnn.bricks.transformer import PatchEmbed
-from mmengine.model.weight_init import trunc_normal_
 
-from mmhybrid.layers import (FFN, Block, ELFATTAttention, ShiftedWindowAttention,
-                             SoftmaxAttention, link_history, parse_attention_plan)
+from mmhybrid.layers import (FFN, Block, ELFATTAttention, SoftmaxAttention,
+                             link_history, parse_attention_plan)
 from .base_backbone import check_rates, resolve_arch
 from .pyramid import PyramidBackbone
 
@@ -129,9 +128,3 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
 
     def merge(self, index):
         return self.stages[index - 1].downsample if index else None
-
-    def init_scratch(self):
-        super().init_scratch()
-        for m in self.modules():
-            if isinstance(m, ShiftedWindowAttention):
-                trunc_normal_(m.relative_position_bias_table, std=.02)

@@ -152,12 +152,6 @@ class InfViT(BaseBackbone):
     def unused_parts(self):
         return self.layers[self.out_indices[-1] + 1:]
 
-    def init_scratch(self):
-        super().init_scratch()
-        for m in self.modules():
-            if isinstance(m, InfSAttention):
-                m.reset_gamma()
-
     def forward(self, x):
         x, hw = self.embed(x)
         outs = []
