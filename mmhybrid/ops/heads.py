@@ -1,5 +1,6 @@
-"""(B, heads, N, d) head views: the shape check of the attention ops and matrix
-products over (B, heads) batches without copies."""
+"""(B, heads, N, d) head views: the shape check of the attention ops, matrix
+products over (B, heads) batches without copies, and the row blocks that bound
+the memory of the block-wise ops."""
 import torch
 
 
@@ -25,3 +26,16 @@ def head_matmul(a, b, dtype=None):
     return torch.stack([torch.bmm(x if dtype is None else x.to(dtype),
                                   y if dtype is None else y.to(dtype))
                         for x, y in zip(a.unbind(0), b.unbind(0))])
+
+
+def spans(N, size):
+    """(start, stop) of the consecutive pieces of ``size`` rows (the last may be
+    shorter) of N."""
+    return [(start, min(start + size, N)) for start in range(0, N, size)]
+
+
+def rows_per_block(q, k, block_elements):
+    """How many query rows of (B, heads, N, d) ``q`` against ``k``'s keys make a
+    (B, heads, rows, N_k) block of at most ``block_elements`` numbers (one at least)."""
+    B, H, N, _ = q.shape
+    return max(1, min(N, block_elements // max(B * H * k.shape[-2], 1)))

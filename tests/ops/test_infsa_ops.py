@@ -7,7 +7,7 @@ from mmhybrid.ops.infsa import (chunk_pure_infsa, eigen_alignment,
                                 linear_infsa_context, linear_infsa_weights,
                                 naive_linear_infsa, naive_pure_infsa,
                                 perron_vector)
-from mmhybrid.ops.infsa.chunk import _rows_per_block
+from mmhybrid.ops.heads import rows_per_block
 
 
 def qkv(B, H, N, d, dtype=torch.float64, grad=False, shift=0.):
@@ -79,7 +79,7 @@ def test_pure_all_negative_scores_give_zero_and_finite_grads():
 def test_pure_block_size_bounds_memory():
     """16k tokens, 16 heads: a block holds ~2^25 numbers, never the N x N matrix."""
     q = torch.empty(1, 16, 16384, 64, device='meta')
-    rows = _rows_per_block(q, q, 1 << 25)
+    rows = rows_per_block(q, q, 1 << 25)
     assert rows == 128 and rows * 16384 * 16 <= 1 << 25
 
 

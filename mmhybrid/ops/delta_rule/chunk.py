@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from ..heads import spans
 from ..tracing import is_tracing, no_autocast
 from .naive import L2NORM_EPS
 from .recurrence import recurrence
@@ -228,11 +229,6 @@ def _segment_backward(saved, do, dstate, scale, l2norm):
     return (dq, dk, dv, dg, dbeta[..., 0]), dstates[n]
 
 
-def _segments(T, segment):
-    """(start, stop) of the segments of a length-T sequence."""
-    return [(start, min(start + segment, T)) for start in range(0, T, segment)]
-
-
 def _segment_inputs(tensors, start, stop, chunk, both, extra=0):
     """Slices [start, stop) of (B, T, H, ...) tensors (``both``: then, batched
     after them, those of the reversed sequences), zero-padded to whole chunks and
@@ -273,7 +269,7 @@ def _forward(q, k, v, g, beta, state, scale, chunk, segment, l2norm, both,
     # more: two at least, so that torch.export keeps the chunk count symbolic (it
     # specialises sizes of 1)
     extra = chunk * torch.compiler.is_compiling()
-    segments = [(0, T)] if is_tracing() else _segments(T, segment)
+    segments = [(0, T)] if is_tracing() else spans(T, segment)
     for start, stop in segments:
         qs, ks, vs, gs, betas = _segment_inputs((q, k, v, g, beta), start, stop,
                                                 chunk, both, extra)
@@ -316,7 +312,7 @@ class ChunkGatedDeltaRule(torch.autograd.Function):
                   dstate.reshape(S * H, K, V))
         with no_autocast(do.device.type):
             grads = None
-            for (start, stop), kept in reversed(list(zip(_segments(T, segment), saved))):
+            for (start, stop), kept in reversed(list(zip(spans(T, segment), saved))):
                 (dos, ) = _segment_inputs((do, ), start, stop, chunk, both)
                 seg_grads, dstate = _segment_backward(kept, dos, dstate, scale, l2norm)
                 seg_grads = [from_chunks(x)[:, :stop - start] for x in seg_grads]

@@ -27,7 +27,7 @@ there the op is one block of plain ops differentiated by autograd, with
 import torch
 import torch.nn.functional as F
 
-from ..infsa.chunk import _blocks, _rows_per_block
+from ..heads import rows_per_block, spans
 from ..tracing import is_tracing
 
 BLOCK_ELEMENTS = 1 << 24
@@ -66,7 +66,7 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         B, H, N, _ = q.shape
         acc = _acc_dtype(q)
-        rows = _rows_per_block(q, k, block_elements)
+        rows = rows_per_block(q, k, block_elements)
         kt = k.transpose(-2, -1)
         out = v.new_empty(B, H, N, v.shape[-1])
         new_history = (q.new_empty(B, H, N, k.shape[-2], dtype=acc)
@@ -74,7 +74,7 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
         generator = None
         if dropout_p > 0:
             generator = torch.Generator(device=q.device).manual_seed(seed)
-        for start, end in _blocks(N, rows):
+        for start, end in spans(N, rows):
             mixed = _mixed(q[..., start:end, :], kt, history, start, end, alpha,
                            scale, acc, out=(new_history[..., start:end, :]
                                             if return_history else None))
@@ -114,7 +114,7 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
         generator = None
         if dropout_p > 0:
             generator = torch.Generator(device=q.device).manual_seed(ctx.seed)
-        for start, end in _blocks(N, ctx.rows):
+        for start, end in spans(N, ctx.rows):
             q_blk = q[..., start:end, :]
             g_blk = grad_out[..., start:end, :]
             if ctx.return_history:

@@ -22,26 +22,18 @@ matrix is formed once.
 """
 import torch
 
+from ..heads import rows_per_block, spans
 from ..tracing import is_tracing
 
 BLOCK_ELEMENTS = 1 << 25
-
-
-def _rows_per_block(q, k, block_elements):
-    B, H, N, _ = q.shape
-    return max(1, min(N, block_elements // max(B * H * k.shape[-2], 1)))
-
-
-def _blocks(N, rows):
-    return [(start, min(start + rows, N)) for start in range(0, N, rows)]
 
 
 class _ChunkPureInfSA(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, scale, eps, block_elements):
-        rows = _rows_per_block(q, k, block_elements)
-        blocks = _blocks(q.shape[-2], rows)
+        rows = rows_per_block(q, k, block_elements)
+        blocks = spans(q.shape[-2], rows)
         kt = k.transpose(-2, -1)
         acc = torch.promote_types(q.dtype, torch.float32)
         # fp16 cannot hold the unnormalised R V (sums of N scores): find the norm
@@ -84,7 +76,7 @@ class _ChunkPureInfSA(torch.autograd.Function):
         grad_q = torch.empty_like(q)
         grad_k = torch.zeros(k.shape, dtype=acc, device=k.device)
         grad_v = torch.zeros(v.shape, dtype=acc, device=v.device)
-        for start, end in _blocks(q.shape[-2], ctx.rows):
+        for start, end in spans(q.shape[-2], ctx.rows):
             q_blk, g_blk = q[..., start:end, :], g_scaled[..., start:end, :]
             block = torch.relu(q_blk @ kt * scale)
             grad_v += (block.transpose(-2, -1) @ g_blk).to(acc)

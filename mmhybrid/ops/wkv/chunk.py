@@ -33,6 +33,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..heads import spans
 from ..tracing import is_tracing, no_autocast
 
 CHUNK = 16
@@ -53,7 +54,7 @@ def _layout(T, numel):
         return 1, [(0, T)]
     L = min(CHUNK, T)
     S = T if numel <= WHOLE else SEGMENT // L * L
-    return L, [(t0, min(t0 + S, T)) for t0 in range(0, T, S)]
+    return L, spans(T, S)
 
 
 def _kernel_exponents(w, u, L):
