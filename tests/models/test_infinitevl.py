@@ -52,6 +52,28 @@ def test_gdn_mixer_is_bidirectional():
     assert hidden.shape == (2, 35, 16)
 
 
+def test_gdn_mixer_float64_runs_in_float64():
+    """No step of a float64 forward (gates, decay, output norm) rounds to float32."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class LowPrecision(TorchDispatchMode):
+        found = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if any(t.is_floating_point() and t.dtype != torch.float64 for t in
+                   (out if isinstance(out, (tuple, list)) else [out])
+                   if isinstance(t, torch.Tensor)):
+                self.found.add(str(func))
+            return out
+
+    mixer = BidirectionalGatedDeltaNet(16, 2).double()
+    x = torch.randn(2, 35, 16, dtype=torch.float64)
+    with torch.no_grad(), LowPrecision() as mode:
+        mixer(x, (5, 7))
+    assert not mode.found
+
+
 def test_gdn_layer_shapes_conv_and_expand():
     layer = build_layer('G', 24, 3, expand_v=2, drop_path=0.1,
                         layer_scale_init_value=1e-5)
