@@ -9,6 +9,7 @@ import difflib
 import os
 import os.path as osp
 
+import torch.distributed as dist
 from mmengine.config import Config, ConfigDict, DictAction
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
@@ -85,6 +86,15 @@ def build_runner(cfg):
     """The config's ``runner_type`` or mmengine's Runner (CPU processes: gloo)."""
     setup_cpu_distributed(cfg)
     return RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+
+
+def end_process_group():
+    """Destroy the run's process group, as torch asks of every program that starts
+    one. Left to interpreter shutdown, gloo's worker threads can abort a process
+    whose work is done ("terminate called without an active exception", SIGABRT,
+    pytorch/pytorch#190489), and torchrun then reports the whole run failed."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def check_config_path(path):

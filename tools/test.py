@@ -8,8 +8,8 @@ import argparse
 
 import mmhybrid  # noqa: F401  registers our models
 from _common import (ConfigError, apply_test_options, build_runner,
-                     check_checkpoint_paths, check_data, load_config,
-                     parse_with_launcher)
+                     check_checkpoint_paths, check_data, end_process_group,
+                     load_config, parse_with_launcher)
 from mmhybrid.utils import trusted_path
 
 
@@ -41,7 +41,9 @@ def main():
     cfg.load_from = trusted_path(args.checkpoint)
     if args.amp:
         cfg.test_cfg.fp16 = True
-    return build_runner(cfg).test()
+    metrics = build_runner(cfg).test()
+    end_process_group()
+    return metrics
 
 
 if __name__ == '__main__':

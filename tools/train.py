@@ -12,7 +12,8 @@ from mmengine.device import get_device
 
 import mmhybrid  # noqa: F401  registers our models
 from _common import (ConfigError, build_runner, check_checkpoint_paths, check_data,
-                     check_work_dir, load_config, parse_with_launcher)
+                     check_work_dir, end_process_group, load_config,
+                     parse_with_launcher)
 from mmhybrid.utils import find_latest_checkpoint, trusted_path
 
 
@@ -82,6 +83,7 @@ def main():
                            if resume_from else f'--resume: no checkpoint in '
                            f'{cfg.work_dir}, training from scratch')
     runner.train()
+    end_process_group()
 
 
 if __name__ == '__main__':

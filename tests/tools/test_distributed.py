@@ -107,3 +107,37 @@ def test_dist_test_reproduces_the_dist_train_metrics(config, toy_data,
     assert result.returncode == 0, output[-5000:]
     for key in ('aAcc', 'mIoU', 'mAcc'):
         assert f'{key}: {trained[key]:.4f}' in output, key
+
+
+ENDS_ITS_GROUP = '''
+import sys
+import torch.distributed as dist
+sys.path.insert(0, {tools!r})
+import test, train
+for tool, argv in ((train, {train_argv!r}), (test, {test_argv!r})):
+    sys.argv = argv
+    tool.main()
+    print(tool.__name__, 'leaves a process group:', dist.is_initialized())
+'''
+
+
+def test_train_and_test_end_their_process_group(config, toy_data, tmp_path):
+    """``--launcher pytorch`` runs (here one process) destroy the group they start:
+    left to interpreter exit, gloo's threads can abort a finished rank (SIGABRT,
+    seen once in CI on the FSDP run above)."""
+    env = dict(os.environ, RANK='0', LOCAL_RANK='0', WORLD_SIZE='1',
+               MASTER_ADDR='127.0.0.1', MASTER_PORT=str(_free_port()),
+               OMP_NUM_THREADS='1')
+    options = ['--launcher', 'pytorch', '--cfg-options', f'data_root={toy_data["ade"]}']
+    script = ENDS_ITS_GROUP.format(
+        tools=str(ROOT / 'tools'),
+        train_argv=['train.py', str(config), '--work-dir', str(tmp_path / 'train'),
+                    *options],
+        test_argv=['test.py', str(config), str(tmp_path / f'train/iter_{ITERS}.pth'),
+                   '--work-dir', str(tmp_path / 'test'), *options])
+    result = subprocess.run([sys.executable, '-c', script], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    assert 'Distributed training: True' in result.stdout + result.stderr
+    for tool in ('train', 'test'):
+        assert f'{tool} leaves a process group: False' in result.stdout
