@@ -6,6 +6,7 @@ string that is, or starts with, the old root.
 """
 import copy
 import difflib
+import gc
 import os
 import os.path as osp
 
@@ -89,11 +90,15 @@ def build_runner(cfg):
 
 
 def end_process_group():
-    """Destroy the run's process group, as torch asks of every program that starts
-    one. Left to interpreter shutdown, gloo's worker threads can abort a process
+    """Free the finished run and destroy its process group, as torch asks of every
+    program that starts one. The runner is a reference cycle whose DDP/FSDP wrapper
+    holds the group, so only the garbage collector frees it, and only then does gloo
+    join its threads. Left to interpreter shutdown, those threads can abort a process
     whose work is done ("terminate called without an active exception", SIGABRT,
-    pytorch/pytorch#190489), and torchrun then reports the whole run failed."""
+    pytorch/pytorch#190489 and #179291), and torchrun then reports the run failed.
+    Call it where the runner is out of scope."""
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

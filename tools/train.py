@@ -83,6 +83,7 @@ def main():
                            if resume_from else f'--resume: no checkpoint in '
                            f'{cfg.work_dir}, training from scratch')
     runner.train()
+    del runner  # end_process_group frees it
     end_process_group()
 
 

@@ -110,21 +110,28 @@ def test_dist_test_reproduces_the_dist_train_metrics(config, toy_data,
 
 
 ENDS_ITS_GROUP = '''
+import os
 import sys
 import torch.distributed as dist
 sys.path.insert(0, {tools!r})
 import test, train
+def gloo_threads():
+    return sum('gloo' in open(f'/proc/self/task/{{task}}/comm').read()
+               for task in os.listdir('/proc/self/task'))
 for tool, argv in ((train, {train_argv!r}), (test, {test_argv!r})):
     sys.argv = argv
     tool.main()
     print(tool.__name__, 'leaves a process group:', dist.is_initialized())
+    print(tool.__name__, 'leaves gloo threads:', gloo_threads())
 '''
 
 
 def test_train_and_test_end_their_process_group(config, toy_data, tmp_path):
-    """``--launcher pytorch`` runs (here one process) destroy the group they start:
-    left to interpreter exit, gloo's threads can abort a finished rank (SIGABRT,
-    seen once in CI on the FSDP run above)."""
+    """``--launcher pytorch`` runs (here one process) destroy the group they start
+    and free it, joining gloo's threads (native threads, named in /proc): left to
+    interpreter exit, they can abort a finished rank (SIGABRT; seen in CI on the
+    FSDP run above, and on the DDP run after the group was destroyed but still held
+    by the runner's wrapper)."""
     env = dict(os.environ, RANK='0', LOCAL_RANK='0', WORLD_SIZE='1',
                MASTER_ADDR='127.0.0.1', MASTER_PORT=str(_free_port()),
                OMP_NUM_THREADS='1')
@@ -141,3 +148,4 @@ def test_train_and_test_end_their_process_group(config, toy_data, tmp_path):
     assert 'Distributed training: True' in result.stdout + result.stderr
     for tool in ('train', 'test'):
         assert f'{tool} leaves a process group: False' in result.stdout
+        assert f'{tool} leaves gloo threads: 0' in result.stdout
