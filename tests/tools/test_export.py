@@ -16,7 +16,6 @@ from tests._deploy_tool import load_export_tool
 
 # tools/deploy, on the path now
 from cases import NAMES, build_case, upernet_logits  # noqa: E402
-from checks import compile_check  # noqa: E402
 import exportable  # noqa: E402
 
 export = load_export_tool()
@@ -72,14 +71,14 @@ def test_torch_export_dynamic_hw(name, tmp_path):
 def test_compile_fullgraph_forward_backward(name):
     """No graph break (fullgraph) and eager's outputs and gradients; aot_eager
     traces forward and backward like inductor without its C++ compile time."""
-    err = compile_check(build_case(name), torch.randn(2, 3, *SHAPE), backward=True,
-                        backend='aot_eager')
+    err = export.compile_check(build_case(name), torch.randn(2, 3, *SHAPE),
+                               backward=True, backend='aot_eager')
     assert err < 1e-4, err
 
 
 @pytest.mark.slow
 def test_compile_inductor_matches_eager():
-    err = compile_check(build_case('swin-elfatt'), torch.randn(1, 3, *SHAPE))
+    err = export.compile_check(build_case('swin-elfatt'), torch.randn(1, 3, *SHAPE))
     assert err < 1e-4, err
 
 

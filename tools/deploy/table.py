@@ -21,8 +21,7 @@ import torch
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from cases import NAMES, WHOLE_MODELS, build_case  # noqa: E402
-from checks import compile_check  # noqa: E402
-from export import export_and_check  # noqa: E402
+from export import compile_check, export_and_check  # noqa: E402
 
 COLUMNS = ('ONNX TorchScript + ORT', 'ONNX dynamo + ORT', 'torch.export',
            'torch.compile fwd+bwd')
