@@ -105,11 +105,8 @@ def narrow_mask_rcnn(num_classes=3, score_thr=0.05, mask=True, nms_pre=1000):
 
 def upernet_logits(backbone='sola-min'):
     """:func:`tiny_upernet` as ``export.py --part segmentor`` exports it."""
-    from mmengine.model import revert_sync_batchnorm
-    from exportable import SegmentorLogits, make_exportable
-    segmentor = revert_sync_batchnorm(tiny_upernet(backbone))
-    make_exportable(segmentor)
-    return SegmentorLogits(segmentor)
+    from exportable import SegmentorLogits
+    return SegmentorLogits(tiny_upernet(backbone))
 
 
 def mask_rcnn_detections(seed=1, **options):

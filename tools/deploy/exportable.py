@@ -40,23 +40,19 @@ class ExportableAdaptiveAvgPool2d(nn.Module):
         return self._bins(nh, H, x) @ x @ self._bins(nw, W, x).T
 
 
-def make_exportable(model):
-    """Swap every ``nn.AdaptiveAvgPool2d`` for :class:`ExportableAdaptiveAvgPool2d`
-    (in place); returns the number swapped."""
-    swaps = [(parent, name, child) for parent in model.modules()
-             for name, child in parent.named_children()
-             if type(child) is nn.AdaptiveAvgPool2d]
-    for parent, name, child in swaps:
-        setattr(parent, name, ExportableAdaptiveAvgPool2d(child.output_size))
-    return len(swaps)
-
-
 class SegmentorLogits(nn.Module):
     """An mmseg ``EncoderDecoder`` from images to raw logits (backbone, neck,
-    decode head; what mmdeploy exports as ``seg_logits`` before resizing)."""
+    decode head; what mmdeploy exports as ``seg_logits`` before resizing); its
+    ``nn.AdaptiveAvgPool2d`` are swapped for :class:`ExportableAdaptiveAvgPool2d`
+    in place."""
 
     def __init__(self, segmentor):
         super().__init__()
+        pools = [(parent, name, child) for parent in segmentor.modules()
+                 for name, child in parent.named_children()
+                 if type(child) is nn.AdaptiveAvgPool2d]
+        for parent, name, pool in pools:
+            setattr(parent, name, ExportableAdaptiveAvgPool2d(pool.output_size))
         self.segmentor = segmentor
 
     def forward(self, x):
@@ -99,7 +95,6 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
     if part == 'segmentor':
         if not hasattr(model, 'decode_head'):
             raise SystemExit(f'{spec}: --part segmentor needs an mmseg EncoderDecoder')
-        make_exportable(model)
         model = SegmentorLogits(model)
     elif part == 'detector':
         from detector_graph import TwoStageDetections
