@@ -41,7 +41,6 @@ def build_backbone(model, options):
     else:
         cfg = dict(type=model)
     cfg.update(options)
-    cfg['type'] = cfg['type'].split('.')[-1]  # 'mmhybrid.X' -> 'X'
     return build_model(cfg)
 
 
