@@ -110,6 +110,11 @@ def relative_error(outs, refs):
     return err
 
 
+def error_line(err, width=200):
+    """``Type: the first line of the message`` of an exception (which may be empty)."""
+    return f'{type(err).__name__}: {(str(err).splitlines() or [""])[0][:width]}'
+
+
 def check_sizes(model, run, shapes, batch=2, seed=0):
     """[(shape, relative error or the exception's message)] at each shape (the
     model's own ``parity_error`` if it has one, else :func:`relative_error`)."""
@@ -122,8 +127,7 @@ def check_sizes(model, run, shapes, batch=2, seed=0):
         try:
             results.append((tuple(shape), error(run(x), refs)))
         except Exception as err:  # a graph that cannot run there is a failed check
-            results.append((tuple(shape), f'{type(err).__name__}: '
-                            f'{str(err).splitlines()[0][:200]}'))
+            results.append((tuple(shape), error_line(err)))
     return results
 
 

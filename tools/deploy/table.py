@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from cases import NAMES, WHOLE_MODELS, build_case  # noqa: E402
-from export import compile_check, export_and_check  # noqa: E402
+from export import compile_check, error_line, export_and_check  # noqa: E402
 
 COLUMNS = ('ONNX TorchScript + ORT', 'ONNX dynamo + ORT', 'torch.export',
            'torch.compile fwd+bwd')
@@ -39,11 +39,6 @@ def _cell(ok, lines):
     return 'wrong: ' + (fails[0][:80] if fails else '?')
 
 
-def _fails(err):
-    first = str(err).splitlines()[0][:80] if str(err) else ''
-    return f'fails: {type(err).__name__}: {first}'
-
-
 def row(name, shape, backend, tmp):
     cells = []
     for fmt, exporter in (('onnx', 'torchscript'), ('onnx', 'dynamo'),
@@ -54,7 +49,7 @@ def row(name, shape, backend, tmp):
                                          exporter or 'torchscript')
             cells.append(_cell(ok, lines))
         except Exception as err:
-            cells.append(_fails(err))
+            cells.append('fails: ' + error_line(err, 80))
     try:
         model = build_case(name)
         backward = getattr(model, 'differentiable', True)  # not a detector's graph
@@ -62,7 +57,7 @@ def row(name, shape, backend, tmp):
         cells.append((f'ok {err:.0e}' if err < 1e-4 else f'differs {err:.0e}') +
                      ('' if backward else ' (forward)'))
     except Exception as err:
-        cells.append(_fails(err))
+        cells.append('fails: ' + error_line(err, 80))
     return cells
 
 
