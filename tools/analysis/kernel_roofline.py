@@ -142,10 +142,7 @@ def main(argv=None):
         print(' | '.join(f'{v:.3g}' if isinstance(v, float) else '' if v is None
                          else str(v) for v in map(r.get, COLUMNS)))
     csv_path = write_csv(rows, os.path.join(args.out, 'kernel_roofline.csv'), COLUMNS)
-    try:
-        plot(rows, os.path.join(args.out, 'kernel_roofline.png'))
-    except ImportError:
-        print('matplotlib is not installed: no PNG')
+    plot(rows, os.path.join(args.out, 'kernel_roofline.png'))
     print(f'wrote {csv_path}')
 
 
