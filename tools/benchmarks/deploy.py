@@ -58,7 +58,7 @@ def add_arguments(p):
 
 def runtime_case(runtime, args):
     """One runtime on ``--model`` in this process."""
-    from cases import build
+    from exportable import build
     from export import _as_tuple, export_onnx, onnx_runner, relative_error
     model = build(args.model, args.checkpoint, args.part, args.cfg_options)
     x = torch.randn(1, 3, *args.shape)

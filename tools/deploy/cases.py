@@ -7,7 +7,7 @@ W: sliding window), InfiniteVL, Swin- and CSWin-ELFATT with each attention plan,
 InfViT (pure, linear and mixed) and HAViT; a real mmseg UPerNet and our SoLA Mask
 R-CNN config with narrow heads on the smallest SoLA (``WHOLE_MODELS``, as
 ``tools/deploy/export.py`` exports them). ``build_case(name)`` returns the module in
-eval mode; :func:`build` takes a case name, a config file or a backbone type.
+eval mode.
 """
 from pathlib import Path
 
@@ -136,14 +136,3 @@ def build_case(name):
     model.eval()  # some backbones' train() returns None: not chained
     return model
 
-
-def build(spec, checkpoint=None, part='backbone', cfg_options=None):
-    """The case named ``spec`` (:func:`build_case`), else :func:`exportable.build`
-    of a config file or backbone type."""
-    if spec not in CASES and spec not in WHOLE_MODELS:
-        from exportable import build as build_exportable
-        return build_exportable(spec, checkpoint, part, cfg_options)
-    if checkpoint or part != 'backbone' or cfg_options:
-        raise SystemExit(f'{spec} is a built-in case: it takes no checkpoint, '
-                         '--part or --cfg-options')
-    return build_case(spec)

@@ -23,7 +23,7 @@ import sys
 import time
 
 import torch
-from cases import build
+from exportable import build
 
 FORMATS = ('onnx', 'torch-export')
 EXPORTERS = ('torchscript', 'dynamo')

@@ -69,9 +69,15 @@ def config_file(spec):
 
 
 def build(spec, checkpoint=None, part='backbone', cfg_options=None):
-    """The model to export, in eval mode: a config's backbone, segmentor graph
-    (``'segmentor'``) or whole model (``'model'``), or a backbone type built from
-    ``cfg_options``."""
+    """The model to export, in eval mode: a case of ``cases.py`` by name, a config's
+    backbone, segmentor graph (``'segmentor'``), detector graph (``'detector'``) or
+    whole model (``'model'``), or a backbone type built from ``cfg_options``."""
+    from cases import CASES, WHOLE_MODELS, build_case
+    if spec in CASES or spec in WHOLE_MODELS:
+        if checkpoint or part != 'backbone' or cfg_options:
+            raise SystemExit(f'{spec} is a built-in case: it takes no checkpoint, '
+                             '--part or --cfg-options')
+        return build_case(spec)
     import mmhybrid  # noqa: F401  registers our models
     from mmengine.model import revert_sync_batchnorm
     from mmengine.runner import load_checkpoint
