@@ -7,6 +7,7 @@ string that is, or starts with, the old root.
 import copy
 import difflib
 import gc
+import importlib
 import os
 import os.path as osp
 
@@ -65,9 +66,13 @@ def set_data_root(cfg, root, old_root=None):
 
 
 def load_config(path, options=None, work_dir=None, launcher='none'):
-    """Read ``path`` with ``--cfg-options``, the work dir picked like upstream's
-    tools, the modules of its default scope registered."""
+    """Read ``path`` (or ``pkg::rel``) with ``--cfg-options``, the work dir picked
+    like upstream's tools, the modules of its default scope registered."""
     path = os.fspath(path)
+    if '::' in path:  # pkg::rel, a config shipped in the package's .mim/configs
+        package, rel = path.split('::')
+        path = osp.join(osp.dirname(importlib.import_module(package).__file__), '.mim',
+                        'configs', rel)
     check_config_path(path)
     cfg = Config.fromfile(path)
     cfg.launcher = launcher
@@ -104,7 +109,7 @@ def end_process_group():
 
 def check_config_path(path):
     """A missing config file, with the closest names of its directory."""
-    if '::' in path or osp.isfile(path):
+    if osp.isfile(path):
         return
     folder, name = osp.split(path)
     folder = folder or '.'

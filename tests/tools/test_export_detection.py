@@ -13,7 +13,7 @@ import torch
 from tests._deploy_tool import load_export_tool
 
 from cases import MASK_RCNN, mask_rcnn_detections, narrow_mask_rcnn  # noqa: E402
-from exportable import build, config_file  # noqa: E402
+from exportable import build  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip('onnxruntime')
@@ -92,7 +92,7 @@ def test_detector_part_refusals(tmp_path):
         build(str(ROOT / 'configs/sola/upernet_sola-t_ade20k.py'), part='detector')
     cascade = 'mmdet::cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py'
     with pytest.raises(SystemExit, match='cascade'):
-        build(config_file(cascade), part='detector')
+        build(cascade, part='detector')
     with pytest.raises(SystemExit, match='max_per_img'):
         build(str(MASK_RCNN), part='detector', cfg_options={
             **narrow_mask_rcnn(), 'model.test_cfg.rcnn.max_per_img': -1})

@@ -7,7 +7,6 @@ the ONNX exporters cannot size from dynamic H and W; the segmentor is exported w
 :class:`ExportableAdaptiveAvgPool2d` in its place, the same bins written as two
 small pooling matrices built from the input size.
 """
-import importlib
 import os.path as osp
 import sys
 
@@ -59,15 +58,6 @@ class SegmentorLogits(nn.Module):
         return self.segmentor._forward(x)
 
 
-def config_file(spec):
-    """``pkg::rel`` -> the config file shipped in the package's ``.mim/configs``."""
-    if '::' not in spec:
-        return spec
-    package, rel = spec.split('::')
-    return osp.join(osp.dirname(importlib.import_module(package).__file__), '.mim',
-                    'configs', rel)
-
-
 def build(spec, checkpoint=None, part='backbone', cfg_options=None):
     """The model to export, in eval mode: a case of ``cases.py`` by name, a config's
     backbone, segmentor graph (``'segmentor'``), detector graph (``'detector'``) or
@@ -84,7 +74,7 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
     if spec.endswith('.py'):
         from _common import load_config
         from mmengine.registry import MODELS, init_default_scope
-        cfg = load_config(config_file(spec), cfg_options)
+        cfg = load_config(spec, cfg_options)
         init_default_scope(cfg.get('default_scope', 'mmhybrid'))
         model_cfg = cfg.model
         if 'pretrained' in model_cfg:
