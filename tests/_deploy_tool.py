@@ -1,5 +1,5 @@
 """``tools/deploy/export.py`` loaded as a module (tools/deploy is not a package, put on
-``sys.path`` here, with its siblings: ``cases``, ``checks``, ``exportable``)."""
+``sys.path`` here, with its siblings: ``cases``, ``exportable``)."""
 import importlib.util
 import sys
 from pathlib import Path
