@@ -12,13 +12,13 @@ kernel and a registered autograd formula, so ``torch.compile`` and
 imported runs the kernels on CPU tensors (tests; see tests/_triton.py).
 """
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-INTERPRETED = os.environ.get('TRITON_INTERPRET', '0') == '1'
+# @triton.jit reads TRITON_INTERPRET when it decorates, i.e. when a fused module is imported
+INTERPRETED = triton.knobs.runtime.interpret
 TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
              torch.float32: tl.float32, torch.float64: tl.float64}
 MAX_TILE = 8192  # elements of one (BLOCK_N, BLOCK_D) tile

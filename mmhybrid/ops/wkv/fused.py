@@ -29,10 +29,7 @@ the device and writes NaN where it does not hold (no host sync: safe under CUDA
 graphs and ``torch.compile``); the chunk path (``backend='torch'``) is exact for any
 w, u. The layer's w = decay / T keeps T |w| = |decay|.
 
-The forward and backward are ``torch.library`` custom ops
-(``mmhybrid::bi_wkv_forward`` / ``bi_wkv_backward``) with fake kernels and a
-registered autograd formula, so ``torch.compile`` and ``torch.export`` see through
-them.
+Custom ops ``mmhybrid::bi_wkv_forward`` / ``_backward`` (:mod:`..triton_tiles`).
 
 Traffic per token (fp32): forward reads k, v twice (tile sums, output) and writes y and
 the denominator; backward reads g, y, den (tile sums) and k, v, g, y, den (output) and
@@ -43,10 +40,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..triton_tiles import INTERPRETED
 from .chunk import BONUS_RANGE, MAX_DECAY_SPAN
-
-# @triton.jit reads TRITON_INTERPRET when it decorates, i.e. when this module is imported
-INTERPRETED = triton.knobs.runtime.interpret
 
 BLOCK_T = 64  # tokens per tile
 BLOCK_N = 256  # tiles per step of the carry scan
@@ -257,25 +252,24 @@ def _backward_kernel(k_ptr, v_ptr, g_ptr, y_ptr, den_ptr, w_ptr, u_ptr, carry_pt
     tl.store(du_ptr + part, tl.sum(tl.where(mask, du, 0.0), axis=0), mask=col < C)
 
 
-def _block_c(C):
-    return min(16, triton.next_power_of_2(C))
+def _tiles(k):
+    """NT, BLOCK_C and the grid (NT, C / BLOCK_C, B) of the tile kernels on (B, T, C)."""
+    B, T, C = k.shape
+    NT, bc = triton.cdiv(T, BLOCK_T), min(16, triton.next_power_of_2(C))
+    return NT, bc, (NT, triton.cdiv(C, bc), B)
 
 
-def _carries(w, sources, T, backward):
+def _carries(w, sources, backward):
     """Tile sums then carries; ``sources`` = (k, v, g, y, den). Returns (carry, R)."""
     k = sources[0]
-    B, _, C = k.shape
-    NT, bc = triton.cdiv(T, BLOCK_T), _block_c(C)
-    centre = (T - 1) / 2
-    sums = torch.empty(B, NT, 5, C, device=k.device, dtype=torch.float32)
-    _tile_sums_kernel[(NT, triton.cdiv(C, bc), B)](*sources, w, sums, T, C, NT, centre,
-                                                   BACKWARD=backward, BLOCK_T=BLOCK_T,
-                                                   BLOCK_C=bc)
-    carry = torch.empty(B, NT, 4, C, device=k.device, dtype=torch.float32)
-    key_max = torch.empty(B, C, device=k.device, dtype=torch.float32)
+    (B, T, C), (NT, bc, grid) = k.shape, _tiles(k)
+    sums = k.new_empty(B, NT, 5, C, dtype=torch.float32)
+    _tile_sums_kernel[grid](*sources, w, sums, T, C, NT, (T - 1) / 2, BACKWARD=backward,
+                            BLOCK_T=BLOCK_T, BLOCK_C=bc)
+    carry = k.new_empty(B, NT, 4, C, dtype=torch.float32)
+    key_max = k.new_empty(B, C, dtype=torch.float32)
     block_n = min(BLOCK_N, triton.next_power_of_2(NT))
-    _carry_kernel[(triton.cdiv(C, bc), B)](sums, carry, key_max, C, NT, BLOCK_N=block_n,
-                                           BLOCK_C=bc)
+    _carry_kernel[grid[1:]](sums, carry, key_max, C, NT, BLOCK_N=block_n, BLOCK_C=bc)
     return carry, key_max
 
 
@@ -284,15 +278,14 @@ def bi_wkv_forward(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor,
                    v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                              torch.Tensor]:
     """Triton forward: (y, den, carry, key maximum); channels outside the
-    single-scale range get NaN (see :func:`fused_bi_wkv`)."""
+    single-scale range get NaN (the module docstring's Range)."""
     B, T, C = k.shape
     k, v = k.contiguous(), v.contiguous()
     wf, uf = w.detach().float().contiguous(), u.detach().float().contiguous()
-    carry, key_max = _carries(wf, (k, v, k, k, k), T, False)
-    out = torch.empty_like(v)
-    den = torch.empty(B, T, C, device=k.device, dtype=torch.float32)
-    NT, bc = triton.cdiv(T, BLOCK_T), _block_c(C)
-    _forward_kernel[(NT, triton.cdiv(C, bc), B)](
+    carry, key_max = _carries(wf, (k, v, k, k, k), False)
+    out, den = torch.empty_like(v), torch.empty_like(k, dtype=torch.float32)
+    NT, bc, grid = _tiles(k)
+    _forward_kernel[grid](
         k, v, wf, uf, carry, key_max, out, den, T, C, NT, (T - 1) / 2,
         SPAN=MAX_DECAY_SPAN, BONUS_MIN=BONUS_RANGE[0], BONUS_MAX=BONUS_RANGE[1],
         BLOCK_T=BLOCK_T, BLOCK_C=bc)
@@ -317,15 +310,14 @@ def bi_wkv_backward(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.
     k, v = k.contiguous(), v.contiguous()
     wf, uf = w.detach().float().contiguous(), u.detach().float().contiguous()
     g = grad_out.contiguous()
-    grad_carry, _ = _carries(wf, (k, v, g, out, den), T, True)
-    NT, bc = triton.cdiv(T, BLOCK_T), _block_c(C)
+    grad_carry, _ = _carries(wf, (k, v, g, out, den), True)
+    NT, bc, grid = _tiles(k)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    dw = torch.empty(B, NT, C, device=k.device, dtype=torch.float32)
+    dw = k.new_empty(B, NT, C, dtype=torch.float32)
     du = torch.empty_like(dw)
-    _backward_kernel[(NT, triton.cdiv(C, bc), B)](k, v, g, out, den, wf, uf, carry,
-                                                  key_max, grad_carry, dk, dv, dw, du,
-                                                  T, C, NT, (T - 1) / 2,
-                                                  BLOCK_T=BLOCK_T, BLOCK_C=bc)
+    _backward_kernel[grid](k, v, g, out, den, wf, uf, carry, key_max, grad_carry, dk,
+                           dv, dw, du, T, C, NT, (T - 1) / 2, BLOCK_T=BLOCK_T,
+                           BLOCK_C=bc)
     return dw.sum((0, 1)).to(w.dtype), du.sum((0, 1)).to(u.dtype), dk, dv
 
 
@@ -351,13 +343,8 @@ bi_wkv_forward.register_autograd(_backward, setup_context=_setup_context)
 
 def fused_bi_wkv(w, u, k, v):
     """Bidirectional WKV of Eq. 9 with the Triton kernels (CUDA tensors, or CPU tensors
-    under ``TRITON_INTERPRET=1``); see the module docstring.
-
-    The kernels work in the single-scale range: channels with T |w| > MAX_DECAY_SPAN
-    or u outside BONUS_RANGE come out as NaN (checked on the device: no host sync,
-    so the op is safe under CUDA graphs). ``backend='torch'`` is exact for any w, u.
-    The layer's w = decay / T stays in range while |decay| <= 30.
-    """
+    under ``TRITON_INTERPRET=1``); channels outside the single-scale range come out
+    as NaN (the module docstring's Range)."""
     if k.device.type != 'cuda' and not INTERPRETED:
         raise RuntimeError('the triton WKV backend needs CUDA tensors (CPU tensors run '
                            'only with TRITON_INTERPRET=1 set before triton is '
