@@ -1,6 +1,6 @@
 """(B, heads, N, d) head views: the shape check of the attention ops, matrix
-products over (B, heads) batches without copies, and the row blocks that bound
-the memory of the block-wise ops."""
+products over (B, heads) batches without copies, the row blocks that bound the
+memory of the block-wise ops, and the dtype they accumulate in."""
 import torch
 
 
@@ -26,6 +26,11 @@ def head_matmul(a, b, dtype=None):
     return torch.stack([torch.bmm(x if dtype is None else x.to(dtype),
                                   y if dtype is None else y.to(dtype))
                         for x, y in zip(a.unbind(0), b.unbind(0))])
+
+
+def acc_dtype(x):
+    """The accumulation dtype of the ops: float64 for float64, else float32."""
+    return torch.promote_types(x.dtype, torch.float32)
 
 
 def spans(N, size):

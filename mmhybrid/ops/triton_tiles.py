@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .heads import acc_dtype
+
 # @triton.jit reads TRITON_INTERPRET when it decorates, i.e. when a fused module is imported
 INTERPRETED = triton.knobs.runtime.interpret
 TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
@@ -65,11 +67,6 @@ class TokenTiling:
         """An uninitialised (B * heads, programs, *shape) buffer for partial sums."""
         return torch.empty(self.BH, self.programs, *shape, dtype=self.acc,
                            device=self.device)
-
-
-def acc_dtype(x):
-    """The accumulation dtype of the kernels: float64 for float64, else float32."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def triton_unusable_reason(*tensors):

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from ..heads import spans
+from ..heads import acc_dtype, spans
 from ..tracing import is_tracing, no_autocast
 from .naive import L2NORM_EPS
 from .recurrence import recurrence
@@ -351,7 +351,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     V = v.shape[-1]
     scale = K**-0.5 if scale is None else scale
     out_dtype = v.dtype
-    dtype = torch.promote_types(out_dtype, torch.float32)
+    dtype = acc_dtype(v)
     q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
     if initial_state is not None:
         initial_state = initial_state.to(dtype)

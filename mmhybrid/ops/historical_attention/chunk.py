@@ -27,14 +27,10 @@ there the op is one block of plain ops differentiated by autograd, with
 import torch
 import torch.nn.functional as F
 
-from ..heads import rows_per_block, spans
+from ..heads import acc_dtype, rows_per_block, spans
 from ..tracing import is_tracing
 
 BLOCK_ELEMENTS = 1 << 24
-
-
-def _acc_dtype(x):
-    return torch.promote_types(x.dtype, torch.float32)
 
 
 def _mixed(q_blk, kt, history, start, end, alpha, scale, acc, out=None):
@@ -65,7 +61,7 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
                 block_elements, seed):
         ctx.set_materialize_grads(False)
         B, H, N, _ = q.shape
-        acc = _acc_dtype(q)
+        acc = acc_dtype(q)
         rows = rows_per_block(q, k, block_elements)
         kt = k.transpose(-2, -1)
         out = v.new_empty(B, H, N, v.shape[-1])
@@ -96,7 +92,7 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
     def backward(ctx, grad_out, grad_history):
         q, k, v, out, saved = ctx.saved_tensors
         alpha, scale, dropout_p = ctx.alpha, ctx.scale, ctx.dropout_p
-        acc = _acc_dtype(q)
+        acc = acc_dtype(q)
         B, H, N, _ = q.shape
         if grad_out is None:
             grad_out = torch.zeros_like(out)
@@ -150,7 +146,7 @@ class _ChunkHistoricalAttention(torch.autograd.Function):
 def _single_block_historical_attention(q, k, v, history, alpha, scale, dropout_p,
                                        return_history):
     """Eq. 5-7 in one block: the mixed logits in at least fp32, softmax, dropout."""
-    mixed = ((q * (alpha * scale)) @ k.transpose(-2, -1)).to(_acc_dtype(q))
+    mixed = ((q * (alpha * scale)) @ k.transpose(-2, -1)).to(acc_dtype(q))
     if history is not None and alpha < 1:
         mixed = mixed + (1 - alpha) * history
     probs = torch.softmax(mixed, dim=-1)

@@ -22,7 +22,7 @@ matrix is formed once.
 """
 import torch
 
-from ..heads import rows_per_block, spans
+from ..heads import acc_dtype, rows_per_block, spans
 from ..tracing import is_tracing
 
 BLOCK_ELEMENTS = 1 << 25
@@ -35,7 +35,7 @@ class _ChunkPureInfSA(torch.autograd.Function):
         rows = rows_per_block(q, k, block_elements)
         blocks = spans(q.shape[-2], rows)
         kt = k.transpose(-2, -1)
-        acc = torch.promote_types(q.dtype, torch.float32)
+        acc = acc_dtype(q)
         # fp16 cannot hold the unnormalised R V (sums of N scores): find the norm
         # in a first pass and normalise each block before the product.
         two_pass = q.dtype == torch.float16
@@ -94,5 +94,5 @@ def chunk_pure_infsa(q, k, v, scale=None, eps=1e-6, block_elements=BLOCK_ELEMENT
         return _ChunkPureInfSA.apply(q, k, v, scale, eps, block_elements)
     # one block: R normalised by its Frobenius norm (in at least fp32) before R V
     attn = torch.relu(q @ k.transpose(-2, -1) * scale)
-    norm = attn.to(torch.promote_types(q.dtype, torch.float32)).square().sum((-2, -1))
+    norm = attn.to(acc_dtype(q)).square().sum((-2, -1))
     return (attn * (1 / (norm.sqrt() + eps)).to(attn.dtype)[..., None, None]) @ v

@@ -27,7 +27,7 @@ size: there the per-batch-element loops become single broadcast ops.
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..heads import head_matmul
+from ..heads import acc_dtype, head_matmul
 from ..tracing import is_tracing, no_autocast
 
 
@@ -51,7 +51,7 @@ def _project(x, vec):
 def _scores(q, keys, eps):
     """Energies ``e`` (Eq. 16), ``E + eps``, the central query (Eq. 17-18) and the
     scores ``s`` (Eq. 19), in at least float32 (fp64 stays fp64)."""
-    acc = torch.promote_types(q.dtype, torch.float32)
+    acc = acc_dtype(q)
     if is_tracing():
         energy = torch.linalg.vector_norm(q, dim=-1, dtype=acc)
     else:  # one batch element at a time: no float32 copy of a half q
