@@ -11,6 +11,14 @@ from .attention import softmax_attention
 from .tracing import is_tracing
 
 
+def window_pair(value, name='window'):
+    """``value``, a side or (height, width), as a pair of positive ints."""
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or any(not isinstance(x, int) or x < 1 for x in pair):
+        raise ValueError(f'{name} must be a positive int or a pair, got {value!r}')
+    return pair
+
+
 def padded_size(size, window):
     """``size`` rounded up to a multiple of ``window``."""
     return (size + window - 1) // window * window

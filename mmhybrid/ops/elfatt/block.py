@@ -24,7 +24,7 @@ import torch
 from ..attention import softmax_attention
 from ..heads import check_heads
 from ..tracing import is_tracing
-from ..windows import window_partition, window_reverse
+from ..windows import window_pair, window_partition, window_reverse
 
 
 def block_window(block_size):
@@ -36,13 +36,6 @@ def block_window(block_size):
     return wh, block_size // wh
 
 
-def _window_tuple(window):
-    window = (window, window) if isinstance(window, int) else tuple(window)
-    if min(window) < 1:
-        raise ValueError(f'window sides must be >= 1, got {window}')
-    return window
-
-
 def window_regions(hw_shape, window):
     """Regions of equal windows: ``[(rows, cols, (wh, ww)), ...]`` with slices.
 
@@ -50,7 +43,7 @@ def window_regions(hw_shape, window):
     ``wh x ww`` windows, row-major.
     """
     splits = []
-    for size, side in zip(hw_shape, _window_tuple(window)):
+    for size, side in zip(hw_shape, window_pair(window)):
         full = size // side * side
         splits.append([(slice(0, full), side)] * bool(full) +
                       [(slice(full, size), size - full)] * (full < size))
@@ -93,7 +86,7 @@ def map_windows(fn, tensors, hw_shape, window):
     if N != H * W:
         raise ValueError(f'{N} tokens do not form a {H}x{W} grid')
     if is_tracing():
-        window = _window_tuple(window)
+        window = window_pair(window)
         out = fn(*(_padded_windows(t, hw_shape, window).flatten(2, 3) for t in tensors),
                  window)
         return _from_padded_windows(out, hw_shape, window)
@@ -177,7 +170,7 @@ def window_block_attention(q, k, v, hw_shape, window, scale=None):
     """
     check_heads(q, k, v)
     if is_tracing():
-        return _traced_window_attention(q, k, v, hw_shape, _window_tuple(window), scale)
+        return _traced_window_attention(q, k, v, hw_shape, window_pair(window), scale)
 
     def attend(q, k, v, size):  # (B, heads, n * L, d) -> n windows of L tokens
         (B, heads, N), L = q.shape[:3], size[0] * size[1]

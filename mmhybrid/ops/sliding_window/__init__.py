@@ -6,18 +6,12 @@ everywhere) or ``naive`` (an explicit N x N mask; the reference for tests) by th
 rule of :mod:`mmhybrid.ops.dispatch`.
 """
 from ..dispatch import choose_backend
+from ..windows import window_pair
 from .halo import halo_sliding_window_attention
 from .naive import (naive_sliding_window_attention, neighbourhood_mask,
                     window_pairs)
 
 BACKENDS = ('torch', 'halo', 'naive')
-
-
-def _pair(value, name):
-    pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2 or any(not isinstance(x, int) or x < 1 for x in pair):
-        raise ValueError(f'{name} must be a positive int or a pair, got {value!r}')
-    return pair
 
 
 def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
@@ -45,7 +39,7 @@ def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
     Returns:
         Tensor: (B, heads, H * W, d_v).
     """
-    window_size = _pair(window_size, 'window_size')
+    window_size = window_pair(window_size, 'window_size')
     if any(w % 2 == 0 for w in window_size):
         raise ValueError(f'window_size must be odd (a window centred on its '
                          f'token), got {window_size}')
@@ -60,7 +54,7 @@ def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
         return naive_sliding_window_attention(q, k, v, (H, W), window_size,
                                               scale=scale)
     if tile_size is not None:
-        tile_size = _pair(tile_size, 'tile_size')
+        tile_size = window_pair(tile_size, 'tile_size')
     return halo_sliding_window_attention(q, k, v, (H, W), window_size,
                                          scale=scale, tile_size=tile_size)
 
