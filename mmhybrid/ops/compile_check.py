@@ -200,12 +200,12 @@ def problems(row):
             + [f"shared memory {row['shared']} B > {row['shared_limit']} B"] * over)
 
 
-def check(full=False, targets=tuple(TARGETS)):
+def check(full=False):
     """Rows (dicts) for every distinct launch of :func:`cases` on every target."""
     rows, seen = [], set()
     for op, dtype, shape in cases(full):
         for launch in op_launches(op, dtype, shape):
-            for target in targets:
+            for target in TARGETS:
                 row = compile_launch(launch, target)
                 ident = (target, row['kernel'], row['signature'], row['num_warps'],
                          row['num_stages'], json.dumps(row['constexprs'], sort_keys=True))

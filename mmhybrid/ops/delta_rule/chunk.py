@@ -335,9 +335,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     """Gated delta rule over chunks of ``chunk_size`` tokens (a power of two),
     streamed ``segment_size`` tokens at a time (rounded up to whole chunks); see
     the module docstring, and :func:`mmhybrid.ops.gated_delta_rule` for the
-    other arguments. ``bidirectional`` streams each segment of the sequences
-    batched with the same segment of their reverses (no reversed copy of the
-    whole sequence).
+    other arguments.
 
     ``chunk_size`` 32 was the fastest of 16/32/64 on the CPU at 784 and 3136
     tokens (within 5% of 16 at 196; one comparison, loaded machine); fla's GPU
