@@ -6,6 +6,7 @@ everywhere) or ``naive`` (an explicit N x N mask; the reference for tests) by th
 rule of :mod:`mmhybrid.ops.dispatch`.
 """
 from ..dispatch import choose_backend
+from ..heads import check_heads
 from ..windows import window_pair
 from .halo import halo_sliding_window_attention
 from .naive import (naive_sliding_window_attention, neighbourhood_mask,
@@ -44,11 +45,9 @@ def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
         raise ValueError(f'window_size must be odd (a window centred on its '
                          f'token), got {window_size}')
     H, W = hw_shape
-    if q.dim() != 4 or q.shape != k.shape or q.shape[:3] != v.shape[:3] or \
-            q.shape[2] != H * W:
-        raise ValueError(f'q, k, v must be (B, heads, H*W, d) with H*W = {H * W}; '
-                         f'got {tuple(q.shape)}, {tuple(k.shape)}, '
-                         f'{tuple(v.shape)}')
+    check_heads(q, k, v)
+    if q.shape[2] != H * W:
+        raise ValueError(f'q, k, v must have H*W = {H * W} tokens; got {q.shape[2]}')
     if choose_backend('sliding_window_attention', BACKENDS, lambda: 'torch',
                       backend) == 'naive':
         return naive_sliding_window_attention(q, k, v, (H, W), window_size,
