@@ -30,11 +30,10 @@ def naive_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     V = v.shape[-1]
     scale = K**-0.5 if scale is None else scale
     dtype = torch.promote_types(v.dtype, torch.float32)
-    q, k = q.to(dtype), k.to(dtype)
+    # (B, H, T, d) and (B, H, T)
+    q, k, v, g, beta = (x.to(dtype).transpose(1, 2) for x in (q, k, v, g, beta))
     if use_qk_l2norm_in_kernel:
         q, k = l2norm(q), l2norm(k)
-    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, d)
-    g, beta = (x.to(dtype).transpose(1, 2) for x in (g, beta))  # (B, H, T)
     state = (q.new_zeros(B, H, K, V) if initial_state is None else
              initial_state.to(dtype))
     out = []
