@@ -95,9 +95,7 @@ def _carries(S, w, L):
     left = torch.cumsum(S[..., 0, :] * f, dim=-1)[..., :-1] / f[..., :-1]
     right = torch.cumsum((S[..., 1, :] / f).flip(-1), dim=-1).flip(-1)
     right = right[..., 1:] * f[..., 1:]
-    zero = torch.zeros_like(S[..., 0, :1])
-    return torch.stack((torch.cat((zero, left), dim=-1),
-                        torch.cat((right, zero), dim=-1)), dim=-2)
+    return torch.stack((F.pad(left, (1, 0)), F.pad(right, (0, 1))), dim=-2)
 
 
 def _pad(x, L):  # (C, B, n) zero-padded to whole chunks of L tokens
@@ -292,9 +290,7 @@ def _wide_range_bi_wkv(w, u, k, v):
         right, right_scale = _log_scan(S[..., 1].flip(-1), m.flip(-1), decay)
         right, right_scale = right.flip(-1), right_scale.flip(-1)
         # shift by one chunk: what enters chunk j comes from j - 1 (left), j + 1 (right)
-        zero = left.new_zeros(B, 2, C, 1)
-        left = torch.cat((zero, left[..., :-1]), dim=-1)
-        right = torch.cat((right[..., 1:], zero), dim=-1)
+        left, right = F.pad(left[..., :-1], (1, 0)), F.pad(right[..., 1:], (0, 1))
         left_scale = torch.cat((m[..., :1], left_scale[..., :-1]), dim=-1)
         right_scale = torch.cat((right_scale[..., 1:], m[..., -1:]), dim=-1)
         total_scale = torch.maximum(scale, torch.maximum(left_scale, right_scale))
