@@ -19,7 +19,7 @@ import triton.language as tl
 
 from .heads import acc_dtype
 
-# @triton.jit reads TRITON_INTERPRET when it decorates, i.e. when a fused module is imported
+# @triton.jit reads TRITON_INTERPRET when it decorates: when a fused module is imported
 INTERPRETED = triton.knobs.runtime.interpret
 TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
              torch.float32: tl.float32, torch.float64: tl.float64}
