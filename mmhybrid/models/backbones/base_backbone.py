@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks.transformer import PatchEmbed
 from mmengine.model import BaseModule, initialize
 from mmengine.model.weight_init import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -154,6 +155,22 @@ class BaseBackbone(BaseModule):
             self.add_module(f'norm{i}', build_norm_layer(norm_cfg, channels[i])[1])
         self._freeze_stages()
 
+    def build_stem(self, in_channels, dims, img_size, norm_cfg, drop_rate,
+                   pos_embed=True, **conv):
+        """``patch_embed`` (mmcv ``PatchEmbed`` of ``conv``: ``kernel_size``,
+        ``stride``, ``padding``), ``cls_token`` if ``num_extra_tokens``, the
+        position embedding ``pos_embed_keys[0]`` on the ``img_size / stride``
+        grid (None without ``pos_embed``) and ``drop_after_pos``."""
+        self.patch_embed = PatchEmbed(in_channels=in_channels, embed_dims=dims,
+                                      norm_cfg=norm_cfg, **conv)
+        self.pos_grid = (img_size // conv['stride'], ) * 2
+        self.cls_token = (nn.Parameter(torch.zeros(1, 1, dims))
+                          if self.num_extra_tokens else None)
+        tokens = self.num_extra_tokens + self.pos_grid[0] * self.pos_grid[1]
+        setattr(self, self.pos_embed_keys[0],
+                nn.Parameter(torch.zeros(1, tokens, dims)) if pos_embed else None)
+        self.drop_after_pos = nn.Dropout(drop_rate)
+
     def embed(self, x):
         """(B, C, H, W) image -> (tokens with the class token and the resized
         position embedding, hw) after checking the input."""
@@ -169,7 +186,7 @@ class BaseBackbone(BaseModule):
         # transposing copy before its norm); the stem 1.9x faster at 1024^2 (4x4
         # stride 4, one CPU thread)
         x, hw = self.patch_embed(x.contiguous(memory_format=torch.channels_last))
-        if getattr(self, 'cls_token', None) is not None:
+        if self.cls_token is not None:
             x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
         pos_embed = getattr(self, self.pos_embed_keys[0])
         if pos_embed is not None:

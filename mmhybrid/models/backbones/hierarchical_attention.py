@@ -5,7 +5,6 @@ the paper's variants (LOCAL, GLOBAL, EFFATT, ELFATT, the Table 4-7 ablations) ar
 config changes of one model."""
 import torch
 import torch.nn as nn
-from mmcv.cnn.bricks.transformer import PatchEmbed
 
 from mmhybrid.layers import (FFN, Block, ELFATTAttention, SoftmaxAttention,
                              link_history, parse_attention_plan)
@@ -82,14 +81,8 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
                              f'plan {attn!r} has none')
         dims = [arch['embed_dims'] * 2**i for i in range(4)]
 
-        self.patch_embed = PatchEmbed(
-            in_channels=in_channels, embed_dims=dims[0], conv_type='Conv2d',
-            norm_cfg=norm_cfg, **stem)
-        self.pos_grid = (pretrain_img_size // stem['stride'], ) * 2
-        self.absolute_pos_embed = (nn.Parameter(torch.zeros(
-            1, self.pos_grid[0] * self.pos_grid[1], dims[0])) if use_abs_pos_embed
-            else None)
-        self.drop_after_pos = nn.Dropout(drop_rate)
+        self.build_stem(in_channels, dims[0], pretrain_img_size, norm_cfg,
+                        drop_rate, pos_embed=use_abs_pos_embed, **stem)
 
         common = dict(qkv_bias=qkv_bias, qk_scale=qk_scale, lepe=lepe,
                       attn_drop=attn_drop_rate, proj_drop=drop_rate)

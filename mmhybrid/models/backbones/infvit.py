@@ -7,9 +7,7 @@ standard ViT baseline). Widths/depths of the paper's models are derived from its
 parameter counts in docs/design.md ("InfViT").
 """
 
-import torch
 import torch.nn as nn
-from mmcv.cnn.bricks.transformer import PatchEmbed
 
 from mmhybrid.layers import (Block, InfSAttention, MixerState, Mlp,
                              SoftmaxAttention, link_history)
@@ -121,15 +119,8 @@ class InfViT(BaseBackbone):
         self.patch_size = patch_size
         self.num_extra_tokens = int(with_cls_token)
 
-        self.patch_embed = PatchEmbed(
-            in_channels=in_channels, embed_dims=dims, kernel_size=patch_size,
-            stride=patch_size, padding='corner', norm_cfg=None)
-        self.pos_grid = (img_size // patch_size, ) * 2
-        self.cls_token = (nn.Parameter(torch.zeros(1, 1, dims))
-                          if with_cls_token else None)
-        self.pos_embed = nn.Parameter(torch.zeros(
-            1, self.num_extra_tokens + self.pos_grid[0] * self.pos_grid[1], dims))
-        self.drop_after_pos = nn.Dropout(drop_rate)
+        self.build_stem(in_channels, dims, img_size, None, drop_rate,
+                        kernel_size=patch_size, stride=patch_size)
 
         mixers = [SoftmaxAttention(dims, heads[i], head_dim=arch.get('head_dim'),
                                    qkv_bias=qkv_bias, history=history) if t == 'S'

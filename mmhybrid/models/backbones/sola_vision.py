@@ -11,7 +11,6 @@ layers of InfiniteVL (see infinitevl_vision.py).
 """
 import torch
 import torch.nn as nn
-from mmcv.cnn.bricks.transformer import PatchEmbed
 
 from mmhybrid.layers import (BidirectionalGatedDeltaNet, Block, ChannelMix,
                              ConvMlp, HiddenStateBridge, PatchMerging,
@@ -186,14 +185,8 @@ class SoLAVision(PyramidBackbone):
         self.hsb_routes = routes
         self.patch_size = patch_size
 
-        self.patch_embed = PatchEmbed(
-            in_channels=in_channels, embed_dims=embed_dims[0],
-            kernel_size=patch_size, stride=patch_size, padding='corner',
-            norm_cfg=norm_cfg)
-        self.pos_grid = (pretrain_img_size // patch_size, ) * 2
-        self.pos_embed = nn.Parameter(
-            torch.zeros(1, self.pos_grid[0] * self.pos_grid[1], embed_dims[0]))
-        self.drop_after_pos = nn.Dropout(drop_rate)
+        self.build_stem(in_channels, embed_dims[0], pretrain_img_size, norm_cfg,
+                        drop_rate, kernel_size=patch_size, stride=patch_size)
 
         dpr = iter(torch.linspace(0, drop_path_rate, len(''.join(stages))).tolist())
         self.downsamples = nn.ModuleList()
