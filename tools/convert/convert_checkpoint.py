@@ -48,8 +48,7 @@ def main():
     args = parse_args()
     backbone = build_backbone(args.model, args.options)
     try:  # what init_cfg would load
-        load_pretrained(backbone, args.src, pos_embed_keys=backbone.pos_embed_keys,
-                        num_extra_tokens=backbone.num_extra_tokens)
+        load_pretrained(backbone, args.src)
     except ValueError as err:
         raise SystemExit(f'{args.src}: {err}')
     state_dict, fmt = convert_checkpoint_file(args.src, args.dst, backbone)

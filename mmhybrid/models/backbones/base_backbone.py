@@ -225,11 +225,9 @@ class BaseBackbone(BaseModule):
             initialize(self, others)
         for cfg in cfgs:
             if cfg.get('type') == 'Pretrained':
-                load_pretrained(
-                    self, cfg['checkpoint'], prefix=cfg.get('prefix'),
-                    map_location=cfg.get('map_location', 'cpu'),
-                    pos_embed_keys=self.pos_embed_keys,
-                    num_extra_tokens=self.num_extra_tokens, strict=cfg.get('strict'))
+                load_pretrained(self, cfg['checkpoint'], prefix=cfg.get('prefix'),
+                                map_location=cfg.get('map_location', 'cpu'),
+                                strict=cfg.get('strict'))
         self._is_init = True
         self._freeze_stages()
 

@@ -32,9 +32,13 @@ def _names(keys):
     return f' ({", ".join(shown[:_SHOWN])}{more})'
 
 
-def _resize(state_dict, own, pos_embed_keys, num_extra_tokens, owner):
+def _resize(state_dict, own, module):
+    """Resize ``module``'s position embeddings (its ``pos_embed_keys``) and Swin
+    bias tables in ``state_dict`` to ``own``'s shapes; returns notes."""
+    owner = type(module).__name__
+    num_extra_tokens = getattr(module, 'num_extra_tokens', 0)
     notes = []
-    for key in pos_embed_keys:
+    for key in getattr(module, 'pos_embed_keys', ('pos_embed', )):
         if key in state_dict and key in own and (state_dict[key].shape !=
                                                  own[key].shape):
             src_tokens = state_dict[key].shape[1] - num_extra_tokens
@@ -66,19 +70,19 @@ def _resize(state_dict, own, pos_embed_keys, num_extra_tokens, owner):
 
 
 def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
-                    pos_embed_keys=('pos_embed', ), num_extra_tokens=0,
-                    strict=None, logger='current'):
+                    strict=None):
     """Load a bare backbone state dict or a full model checkpoint into ``module``.
 
     Keys are taken under ``prefix`` (default ``backbone.`` where present), the
     layout is detected and converted (:mod:`.checkpoint_formats`; heads and
-    derived buffers of those layouts are skipped), position embeddings named in
-    ``pos_embed_keys`` (square source grid, extra tokens kept) and Swin
+    derived buffers of those layouts are skipped), the module's position
+    embeddings (its ``pos_embed_keys``, default ``pos_embed``; square source
+    grid, its ``num_extra_tokens`` leading tokens kept) and Swin
     relative-position-bias tables are resized to the module; another patch size
     is an error. ``strict``: True needs an exact match (mmengine's ``strict``);
     False loads whatever matches by name and shape; None (default) is False but
     fails unless ``MIN_LOADED_FRACTION`` of the model's tensors load (a
-    checkpoint of another arch or model). One summary line goes to the logger
+    checkpoint of another arch or model). One summary line goes to the log
     (``loaded M/N tensors from FILE``, format, dropped, missing / unexpected /
     shape-mismatched with names, skipped keys, resizes). Returns ``(missing,
     unexpected)``, shape-mismatched keys counted as missing.
@@ -117,7 +121,7 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
                 f'kernel, the model {dst[2]}x{dst[3]}: build the model with '
                 f'patch_size={src[2]} to load it (other patch sizes are not the '
                 'same function)')
-    notes += _resize(state_dict, own, pos_embed_keys, num_extra_tokens, owner)
+    notes += _resize(state_dict, own, module)
 
     mismatched = [f'{k} {tuple(v.shape)} vs {tuple(own[k].shape)}'
                   for k, v in state_dict.items()
@@ -149,5 +153,5 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
             "load the matching part anyway with init_cfg=dict(type='Pretrained', "
             'checkpoint=..., strict=False)')
     module.load_state_dict(matched, strict=False)
-    print_log(summary, logger=logger, level=30 if partial else 20)
+    print_log(summary, logger='current', level=30 if partial else 20)
     return missing + [m.split(' ')[0] for m in mismatched], unexpected
