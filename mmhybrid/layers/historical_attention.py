@@ -90,17 +90,6 @@ class HistoricalAttention(nn.Module):
                                     return_history=self.keep)
 
 
-def build_history(cfg, num_heads):
-    """None -> None; ``dict(alpha=..., init=..., resample=..., seed=...)`` ->
-    :class:`HistoricalAttention`."""
-    if cfg is None:
-        return None
-    if not isinstance(cfg, dict):
-        raise TypeError(f'history must be None or a dict of HistoricalAttention '
-                        f'arguments (alpha, init, resample, seed), got {cfg!r}')
-    return HistoricalAttention(num_heads, **cfg)
-
-
 def link_history(blocks):
     """Chain the historical blocks of one stage (in order): each keeps its new
     history only if the next historical block has the same heads and reads it."""

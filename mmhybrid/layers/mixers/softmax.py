@@ -1,7 +1,7 @@
 """Global softmax attention ('S' layers of SoLA-Vision, softmax layers of InfViT
 and HAViT, the vanilla / 'global' blocks of the ELFATT backbones)."""
 from mmhybrid.ops.attention import softmax_attention
-from ..historical_attention import build_history
+from ..historical_attention import HistoricalAttention
 from .base import AttentionMixer, from_heads, to_heads
 
 
@@ -20,7 +20,11 @@ class SoftmaxAttention(AttentionMixer):
 
     def __init__(self, dims, num_heads, history=None, **kwargs):
         super().__init__(dims, num_heads, **kwargs)
-        self.historical = build_history(history, num_heads)
+        if history is not None and not isinstance(history, dict):
+            raise TypeError(f'history must be None or a dict of HistoricalAttention '
+                            f'arguments (alpha, init, resample, seed), got {history!r}')
+        self.historical = (None if history is None else
+                           HistoricalAttention(num_heads, **history))
 
     def attend(self, q, k, v, hw_shape, state):
         q, k, v = (to_heads(t, self.num_heads) for t in (q, k, v))
