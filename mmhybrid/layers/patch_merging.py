@@ -20,11 +20,10 @@ class PatchMerging(nn.Module):
     parities of H and W.
     """
 
-    def __init__(self, in_channels, out_channels, norm_cfg=dict(type='LN'),
-                 bias=False):
+    def __init__(self, in_channels, out_channels, norm_cfg=dict(type='LN')):
         super().__init__()
         self.norm = build_norm_layer(norm_cfg, 4 * in_channels)[1]
-        self.reduction = nn.Linear(4 * in_channels, out_channels, bias=bias)
+        self.reduction = nn.Linear(4 * in_channels, out_channels, bias=False)
 
     def forward(self, x, hw_shape):
         B, N, C = x.shape

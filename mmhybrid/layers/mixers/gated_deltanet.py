@@ -27,14 +27,13 @@ class BidirectionalGatedDeltaNet(nn.Module):
         num_heads (int): heads; each keeps a (dims / heads) x head_v_dim state.
         expand_v (float): value (and output gate) channels = ``dims * expand_v``.
         conv_size (int): k x k depth-wise conv on the q, k, v maps (0: none).
-        norm_eps (float): epsilon of the per-head output RMSNorm.
 
     ``state.hidden`` (B, N, dims * expand_v) becomes the summed read-out of the
     two scans before the norm and the output gate, the per-token hidden state a
     Hidden State Bridge samples.
     """
 
-    def __init__(self, dims, num_heads, expand_v=1., conv_size=3, norm_eps=1e-5):
+    def __init__(self, dims, num_heads, expand_v=1., conv_size=3):
         super().__init__()
         value_dims = int(dims * expand_v)
         if dims % num_heads or value_dims % num_heads:
@@ -53,7 +52,7 @@ class BidirectionalGatedDeltaNet(nn.Module):
         self.a_proj = nn.Linear(dims, num_heads, bias=False)
         self.b_proj = nn.Linear(dims, num_heads, bias=False)
         self.g_proj = nn.Linear(dims, value_dims, bias=False)
-        self.o_norm = nn.RMSNorm(value_dims // num_heads, eps=norm_eps)
+        self.o_norm = nn.RMSNorm(value_dims // num_heads, eps=1e-5)
         self.o_proj = nn.Linear(value_dims, dims, bias=False)
         # Mamba-2 / Gated DeltaNet: A ~ U(0, 16), dt ~ logU(1e-3, 0.1) at init
         self.A_log = nn.Parameter(torch.empty(num_heads).uniform_(0, 16).log())

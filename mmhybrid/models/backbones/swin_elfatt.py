@@ -45,7 +45,7 @@ class SwinELFATT(HierarchicalAttentionBackbone):
 
     def __init__(self, arch='t', attn='elfatt', block_sizes=(196, 196, 196, 49),
                  downsample=None, patch_size=4, window_size=7, strides=(4, 2, 2, 2),
-                 patch_norm=True, norm_cfg=dict(type='LN'), **kwargs):
+                 patch_norm=True, **kwargs):
         if tuple(strides[1:]) != (2, 2, 2) or strides[0] != patch_size:
             raise ValueError(f'strides must be ({patch_size}, 2, 2, 2), got {strides}')
         self.window_size = window_size
@@ -58,8 +58,7 @@ class SwinELFATT(HierarchicalAttentionBackbone):
         # None: decided in build_downsample, once the attention plan is parsed
         self.downsample = downsample
         stem = dict(kernel_size=patch_size, stride=patch_size, padding='corner')
-        super().__init__(arch, attn, stem, block_sizes=block_sizes, norm_cfg=norm_cfg,
-                         **kwargs)
+        super().__init__(arch, attn, stem, block_sizes=block_sizes, **kwargs)
         if not patch_norm:
             self.patch_embed.norm = None
 
