@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from ..layers.mixers.base import from_heads, to_heads
 from ..ops import agent_attention, block_attention
 from ..ops.agent import agent_grid, pool_agent_tokens
 from ..ops.tome import bipartite_soft_matching, merge_tokens, random_dst_mask, unmerge_tokens
@@ -100,13 +101,9 @@ class ToMeElfattProcessor:
     def _elfatt(self, attn, x, full, hw):
         """to_out(attention(to_q x, to_k x, to_v x)) with ELFATT-SD or agent heads."""
         heads = attn.heads
-
-        def split_heads(t):
-            return t.unflatten(-1, (heads, -1)).transpose(1, 2)
-
-        q, k, v = split_heads(attn.to_q(x)), split_heads(attn.to_k(x)), split_heads(attn.to_v(x))
+        q, k, v = (to_heads(proj(x), heads) for proj in (attn.to_q, attn.to_k, attn.to_v))
         pooled = pool_agent_tokens(full, hw, agent_grid(hw, self.agent_tokens))
-        agents = split_heads(attn.to_q(pooled))
+        agents = to_heads(attn.to_q(pooled), heads)
         if attn.norm_q is not None:
             q, agents = attn.norm_q(q), attn.norm_q(agents)
         if attn.norm_k is not None:
@@ -116,5 +113,5 @@ class ToMeElfattProcessor:
                                   global_heads, scale=attn.scale,
                                   broadcast_scale=attn.scale**self.k_scale2,
                                   shortcut=self.k_shortcut)
-        out = out.transpose(1, 2).flatten(2).to(q.dtype)
+        out = from_heads(out).to(q.dtype)
         return attn.to_out[1](attn.to_out[0](out))
