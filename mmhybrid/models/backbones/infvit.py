@@ -11,6 +11,7 @@ import torch.nn as nn
 
 from mmhybrid.layers import (Block, InfSAttention, MixerState, Mlp,
                              SoftmaxAttention, link_history)
+from mmhybrid.layers.mlp import tokens_to_map
 from mmhybrid.registry import register_model
 from .base_backbone import BaseBackbone, check_rates, resolve_arch
 
@@ -160,4 +161,4 @@ class InfViT(BaseBackbone):
         patches = x[:, self.num_extra_tokens:]
         if self.out_type == 'avg_featmap':
             return patches.mean(1)
-        return patches.reshape(x.shape[0], *hw, -1).permute(0, 3, 1, 2).contiguous()
+        return tokens_to_map(patches, hw).contiguous()

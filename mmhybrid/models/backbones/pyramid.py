@@ -6,6 +6,7 @@ merge and the blocks, a fresh :class:`~mmhybrid.layers.MixerState` per stage
 import torch.nn as nn
 
 from mmhybrid.layers import MixerState
+from mmhybrid.layers.mlp import tokens_to_map
 from .base_backbone import BaseBackbone
 
 
@@ -58,7 +59,5 @@ class PyramidBackbone(BaseBackbone):
                 if (i + 1, j + 1) in sources:
                     hidden[(i + 1, j + 1)] = (state.hidden, hw)
             if i in self.out_indices:
-                out = getattr(self, f'norm{i}')(x)
-                outs.append(out.view(x.shape[0], *hw, -1).permute(0, 3, 1, 2)
-                            .contiguous())
+                outs.append(tokens_to_map(getattr(self, f'norm{i}')(x), hw).contiguous())
         return tuple(outs)
