@@ -79,10 +79,9 @@ def resize_rel_pos_bias_table(table, dst_window):
 
     Args:
         table (Tensor): ((2W - 1)^2, heads).
-        dst_window (int | tuple[int]): the new window side W' (or (Wh, Ww)).
+        dst_window (int): the new window side W'.
     """
-    dst = (dst_window, ) * 2 if isinstance(dst_window, int) else tuple(dst_window)
-    dst = (2 * dst[0] - 1, 2 * dst[1] - 1)
+    dst = (2 * dst_window - 1, ) * 2
     src = square_grid(table.shape[0])
     if src == dst:
         return table
