@@ -198,14 +198,8 @@ class BaseBackbone(BaseModule):
         """Transformer defaults for training from scratch: truncated-normal (0.02)
         linear weights, position embeddings and class token, zero biases, unit
         LayerNorms."""
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                trunc_normal_(m.weight, std=.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        initialize(self, [dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
+                          dict(type='Constant', layer='LayerNorm', val=1., bias=0.)])
         for key in (*self.pos_embed_keys, 'cls_token'):
             if getattr(self, key, None) is not None:
                 trunc_normal_(getattr(self, key), std=.02)
