@@ -42,12 +42,12 @@ def _plain_pyramid(fpn, used, in_channels, stride):
                 num_outs=fpn.get('num_outs', len(scales)))
 
 
-def swap_backbone(cfg, backbone, pretrained=None, probe_size=224):
+def swap_backbone(cfg, backbone, pretrained=None):
     """Replace the backbone of a model config (or model dict) ``cfg`` and fix
     what depends on it, in place; returns ``cfg``.
 
     ``backbone`` (e.g. ``dict(type='mmhybrid.SoLAVision', arch='t')``) must return
-    the maps the replaced one returned, in order; a dry run at ``probe_size``
+    the maps the replaced one returned, in order; a dry run on a 224^2 image
     measures their channels and strides. Then the neck's ``in_channels`` (or,
     with no neck, every head's ``in_channels`` and DeepLabV3+'s
     ``c1_in_channels``) get its channels; outputs nothing reads are dropped from
@@ -60,7 +60,7 @@ def swap_backbone(cfg, backbone, pretrained=None, probe_size=224):
     model = cfg['model'] if 'model' in cfg else cfg
     scope = cfg.get('default_scope') if 'model' in cfg else None
     backbone = copy.deepcopy(dict(backbone))
-    base, channels, strides = probe_backbone(backbone, scope, probe_size)
+    base, channels, strides = probe_backbone(backbone, scope)
     num = len(channels)
 
     model.pop('pretrained', None)
