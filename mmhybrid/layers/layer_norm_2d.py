@@ -10,7 +10,6 @@ class LayerNorm2d(nn.LayerNorm):
 
     Registered so that ``norm_cfg=dict(type='LayerNorm2d')`` works in mmcv bricks.
     """
-    _abbr_ = 'ln'
 
     def __init__(self, num_channels, eps=1e-6, **kwargs):
         super().__init__(num_channels, eps=eps, **kwargs)
