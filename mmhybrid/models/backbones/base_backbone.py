@@ -133,17 +133,14 @@ class BaseBackbone(BaseModule):
         self.with_cp = with_cp
 
     def stage_parts(self, index):
-        """What stage ``index`` owns: the stem for 0, else :meth:`stage_modules`
-        of stage ``index - 1`` and its output norm."""
+        """What stage ``index`` owns: for 0 the patch stem, class token and
+        position embedding (those present), else :meth:`stage_modules` of stage
+        ``index - 1`` and its output norm."""
         if index == 0:
-            return self.stem_parts()
+            return [p for p in (getattr(self, k) for k in (
+                'patch_embed', 'cls_token', *self.pos_embed_keys)) if p is not None]
         norm = getattr(self, f'norm{index - 1}', None)
         return [*self.stage_modules(index - 1), *([norm] if norm is not None else [])]
-
-    def stem_parts(self):
-        """The patch stem, class token and position embedding (those present)."""
-        return [p for p in (getattr(self, k, None) for k in (
-            'patch_embed', 'cls_token', *self.pos_embed_keys)) if p is not None]
 
     def unused_parts(self):
         """Modules and parameters after the last output (not run, not trained)."""
