@@ -65,6 +65,16 @@ def test_local_plans_are_plain_swin_and_cswin():
     assert [s.blocks[0].attn.split_size for s in cswin.stages[:3]] == [1, 2, 7]
 
 
+def test_cswin_arch_dict_may_leave_out_split_and_block_sizes():
+    arch = dict(embed_dims=16, depths=(1, 1, 1, 1), num_heads=(2, 2, 2, 4))
+    default = CSWin(arch=arch, attn='local')
+    assert [s.blocks[0].attn.split_size for s in default.stages[:3]] == [1, 2, 7]
+    given = CSWin(arch=arch, attn='E,E,E,E', split_sizes=(1, 1, 2, 2),
+                  block_sizes=(4, 9, 16, 4))
+    assert given.split_sizes == (1, 1, 2, 2)
+    assert [s.blocks[0].attn.block_size for s in given.stages] == [4, 9, 16, 4]
+
+
 def test_table_4_to_7_variants_by_config():
     m = tiny(CSWin, attn='E,E,E,E', block_sizes=(4, 9, 16, 4), global_ratio=0.25,
              lepe=False)

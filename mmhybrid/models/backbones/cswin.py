@@ -37,10 +37,11 @@ class CSWin(HierarchicalAttentionBackbone):
 
     def __init__(self, arch='t', attn='elfatt', split_sizes=None, block_sizes=None,
                  **kwargs):
-        arch = resolve_arch(arch, self.arch_zoo, 'CSWin', ('embed_dims', 'depths',
-                                                           'num_heads', 'split_sizes'))
-        self.split_sizes = tuple(split_sizes or arch.get('split_sizes', (1, 2, 7, 7)))
-        block_sizes = tuple(block_sizes or arch.get('block_sizes', (49, 49, 196, 49)))
+        arch = resolve_arch(arch, self.arch_zoo, 'CSWin',
+                            ('embed_dims', 'depths', 'num_heads'),
+                            split_sizes=split_sizes, block_sizes=block_sizes)
+        self.split_sizes = tuple(arch.get('split_sizes', (1, 2, 7, 7)))
+        block_sizes = tuple(arch.get('block_sizes', (49, 49, 196, 49)))
         super().__init__(arch, attn, dict(kernel_size=7, stride=4, padding=2),
                          block_sizes=block_sizes, **kwargs)
 
