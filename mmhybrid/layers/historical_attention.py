@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from mmhybrid.ops import historical_attention
+from mmhybrid.ops.heads import acc_dtype
 from mmhybrid.ops.historical_attention.initial import normal_history
 from mmhybrid.ops.tracing import is_tracing
 
@@ -83,8 +84,7 @@ class HistoricalAttention(nn.Module):
         starts a new chain from ``H_0``."""
         B, H, N, _ = q.shape
         if history is None or history.shape[1:] != (H, N, N):
-            history = self.initial_history(
-                B, N, q.device, torch.promote_types(q.dtype, torch.float32))
+            history = self.initial_history(B, N, q.device, acc_dtype(q))
         return historical_attention(q, k, v, history, alpha=self.alpha,
                                     scale=scale, dropout_p=dropout_p,
                                     return_history=self.keep)

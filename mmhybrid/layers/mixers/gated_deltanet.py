@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmhybrid.ops import gated_delta_rule
+from mmhybrid.ops.heads import acc_dtype
 from ..block import MixerState
 from ..mlp import conv_in_bands
 
@@ -68,7 +69,7 @@ class BidirectionalGatedDeltaNet(nn.Module):
         qkv = (F.silu(self.qkv(x)) if self.conv is None else
                conv_in_bands(x, hw_shape, self.qkv, self.conv, F.silu))
         beta = torch.sigmoid(self.b_proj(x))
-        acc = torch.promote_types(x.dtype, torch.float32)  # fp64 stays fp64
+        acc = acc_dtype(x)
         g = -self.A_log.to(acc).exp() * F.softplus(self.a_proj(x).to(acc) + self.dt_bias)
         # reshape with sizes, not unflatten: the TorchScript ONNX exporter freezes
         # the sizes of unflatten's output
@@ -84,7 +85,7 @@ class BidirectionalGatedDeltaNet(nn.Module):
         gate = F.silu(self.g_proj(x)).reshape(B, N, self.num_heads, -1)
         # the per-head RMSNorm in float32 at least, whatever the autocast /
         # parameter dtype, written out (ONNX has no RMSNormalization before opset 23)
-        acc = torch.promote_types(hidden.dtype, torch.float32)
+        acc = acc_dtype(hidden)
         wide, norm = hidden.to(acc), self.o_norm
         out = wide * torch.rsqrt(wide.square().mean(-1, keepdim=True) +
                                  norm.eps) * norm.weight.to(acc)

@@ -5,6 +5,8 @@ float64).
 """
 import torch
 
+from ..heads import acc_dtype
+
 
 L2NORM_EPS = 1e-6
 
@@ -29,7 +31,7 @@ def naive_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     B, T, H, K = k.shape
     V = v.shape[-1]
     scale = K**-0.5 if scale is None else scale
-    dtype = torch.promote_types(v.dtype, torch.float32)
+    dtype = acc_dtype(v)
     # (B, H, T, d) and (B, H, T)
     q, k, v, g, beta = (x.to(dtype).transpose(1, 2) for x in (q, k, v, g, beta))
     if use_qk_l2norm_in_kernel:
