@@ -51,8 +51,7 @@ def main(args):
     for r in rows:
         r['speedup_vs_global'] = glob.get(r['tokens'], math.nan) / r['fwd_bwd_ms']
     title = (f'{args.backbone} stage 1 (channels, heads {WIDTHS[args.backbone]}), batch '
-             f'{args.batch}, {str(dtype)[6:]}, {args.device_name}'
-             f'{" [reduced]" if reduced else ""}; torch {torch.__version__}')
+             f'{args.batch}, {str(dtype)[6:]}{" [reduced]" if reduced else ""}')
     report(args, f'attention_{args.backbone}', title, rows, [
         ('attention', 'attention', ''), ('map', 'map', ''), ('N', 'tokens', 'd'),
         ('fwd ms', 'fwd_ms', '.2f'), ('fwd+bwd ms', 'fwd_bwd_ms', '.2f'),

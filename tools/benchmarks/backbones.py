@@ -215,8 +215,8 @@ def main(args):
         if r['mode'] == 'backbone' and low is not r:
             r['exponent'] = (math.log(r['time_ms'] / low['time_ms']) /
                              math.log(r['pixels'] / low['pixels']))
-    title = (f'UPerNet backbones, {args.device_name}, {"AMP " * (args.device == "cuda")}'
-             f'{str(torch_dtype(args))[6:]}; torch {torch.__version__}')
+    amp = 'AMP ' if args.device == 'cuda' else ''
+    title = f'UPerNet backbones, {amp}{str(torch_dtype(args))[6:]}'
     columns = [('variant', 'variant', ''), ('malloc', 'malloc', ''), ('model', 'model', ''),
                ('mode', 'mode', ''), ('size', 'size', ''), ('batch', 'batch', 'd'),
                ('ms', 'time_ms', '.0f'), ('vs Swin-T', 'vs_swin_t', '.2f'),

@@ -135,7 +135,7 @@ def whole_image(args):
                       f"{row['status']}", flush=True)
                 if row['status'] != 'ok':
                     break
-    report(args, stem, f'Whole-image inference, {args.device_name}, one call', rows,
+    report(args, stem, 'Whole-image inference, one call', rows,
            [('model', 'model', ''), ('mode', 'mode', ''), ('size', 'size', 'd'),
             ('time (s)', 'time_s', '.1f'), ('peak RSS (MiB)', 'peak_mib', '.0f'),
             ('status', 'status', '')],
@@ -151,12 +151,11 @@ def runtimes(args):
     for r in rows:
         r['vs_eager'] = eager / r['time_s'] if eager and 'time_s' in r else None
     report(args, args.stem or 'deploy_cpu',
-           f'{args.model} {args.shape[0]}x{args.shape[1]}, batch 1, '
-           f'{args.device_name}, min of {args.repeat}', rows,
-           [('runtime', 'runtime', ''), ('time (s)', 'time_s', '.3f'),
-            ('vs eager', 'vs_eager', '.2f'), ('set-up (s)', 'setup_s', '.1f'),
-            ('peak extra RSS (MiB)', 'peak_mib', '.0f'),
-            ('rel err vs eager', 'rel_err', '.1e'), ('status', 'status', '')])
+           f'{args.model} {args.shape[0]}x{args.shape[1]}, batch 1, min of {args.repeat}',
+           rows, [('runtime', 'runtime', ''), ('time (s)', 'time_s', '.3f'),
+                  ('vs eager', 'vs_eager', '.2f'), ('set-up (s)', 'setup_s', '.1f'),
+                  ('peak extra RSS (MiB)', 'peak_mib', '.0f'),
+                  ('rel err vs eager', 'rel_err', '.1e'), ('status', 'status', '')])
 
 
 def main(args):

@@ -52,8 +52,7 @@ def main(args):
         if r['status'] == 'ok' and r['res'] in vit:
             r['speedup_vs_vit'] = vit[r['res']]['latency_ms'] / r['latency_ms']
             r['mem_vs_vit'] = r['peak_mb'] / vit[r['res']]['peak_mb']
-    title = (f'InfViT {args.depth}L inference, batch {args.batch}, {dtype}, '
-             f'{args.device_name}; torch {torch.__version__}')
+    title = f'InfViT {args.depth}L inference, batch {args.batch}, {dtype}'
     columns = [('model', 'model', ''), ('res', 'res', 'd'), ('tokens', 'tokens', 'd'),
                ('latency ms', 'latency_ms', '.1f'), ('img/s', 'img_per_s', '.2f'),
                ('peak MB', 'peak_mb', '.0f'), ('speed-up vs ViT', 'speedup_vs_vit', '.2f'),

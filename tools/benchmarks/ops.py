@@ -134,8 +134,7 @@ def main(args):
             if linear not in rows:
                 rows.append(linear)
     title = (f'ops at the stage shapes of a {args.size}^2 input, batch {args.batch}, '
-             f'{str(dtype)[6:]}, {args.device_name}, malloc {args.malloc}; '
-             f'torch {torch.__version__}')
+             f'{str(dtype)[6:]}, malloc {args.malloc}')
     columns = [('op', 'op', ''), ('stage', 'stage', 'd'), ('N', 'tokens', 'd'),
                ('C', 'channels', 'd'), ('GMACs', 'gmacs', '.3f')]
     for phase, label in (('fwd', 'fwd'), ('fwd_bwd', 'f+b')):

@@ -122,9 +122,8 @@ def main(args):
     rows = [r for scope, latents in (('attention', args.attn_latents),
                                      ('unet', args.unet_latents))
             for latent in latents for r in run(scope, unet, scheduler, latent, args, dtype)]
-    title = (f'SD 1.5 UNet (random weights), {args.device_name}, {str(dtype)[6:]}, '
-             f'{args.batch} image(s) x2 (CFG), {args.steps} steps, ELFATT in the first '
-             f'{args.elfatt_steps:.0%}; torch {torch.__version__}')
+    title = (f'SD 1.5 UNet (random weights), {str(dtype)[6:]}, {args.batch} image(s) x2 '
+             f'(CFG), {args.steps} steps, ELFATT in the first {args.elfatt_steps:.0%}')
     report(args, f'sd_{args.device}', title, rows, [
         ('scope', 'scope', ''), ('image', 'image', 'd'), ('method', 'method', ''),
         ('ratio', 'ratio', '.1f'), ('block', 'block_size', 'd'), ('phase', 'phase', ''),
