@@ -199,8 +199,7 @@ def main(args):
            if r['model'] == REFERENCE}
     for r in ok:
         src = first[(r['variant'], r['model'], r['mode'], r['size'])]
-        r.setdefault('gmacs', src.get('gmacs'))
-        for key in ('global_share', *PROFILE_KEYS):
+        for key in ('gmacs', 'global_share', *PROFILE_KEYS):
             r.setdefault(key, src.get(key))
         key = (r['malloc'], r['mode'], r['size'])  # this checkout's Swin-T, or the first's
         base = ref.get((r['variant'], *key)) or ref.get((next(iter(variants)), *key))
