@@ -153,9 +153,11 @@ def run_child(case, time_cap=None, env=None, watch_peak=False):
 
 def report(args, stem, title, rows, columns, x=None, ys=None, series=None):
     """Print the table of ``rows`` (``columns``: (header, key, format)) under ``title``
-    with the device and torch version added, write ``stem.csv`` and plot ``ys``
-    against ``x``, a line per ``series(row)``."""
-    title = f'{title}, {args.device_name}; torch {torch.__version__}'
+    with the device, torch version and the machine's load (1-minute load average,
+    our own threads included) added, write ``stem.csv`` and plot ``ys`` against
+    ``x``, a line per ``series(row)``."""
+    title = (f'{title}, {args.device_name}; torch {torch.__version__}; '
+             f'load average {os.getloadavg()[0]:.1f}')
     cells = [[c[0] for c in columns], ['---'] * len(columns)] + [
         ['-' if r.get(k) is None or r[k] != r[k] else format(r[k], f)
          for _, k, f in columns] for r in rows]
