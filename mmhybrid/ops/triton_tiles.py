@@ -41,6 +41,9 @@ class TokenTiling:
         block_n, rows_per_program (int, optional): force the tile rows and the
             rows per program (tests); by default the tile holds at most
             ``MAX_TILE`` elements and the GPU gets ~8 programs per SM.
+
+    ``launch`` holds the keywords every token-tiled kernel takes: ``rows_per_program``,
+    ``ACC`` (the accumulation dtype), ``BLOCK_N`` and ``BLOCK_D`` (``blocks[0]``).
     """
 
     def __init__(self, x, widths, block_n=None, rows_per_program=None, min_block=1):
@@ -56,12 +59,13 @@ class TokenTiling:
         elif rows_per_program % self.block_n:
             raise ValueError(f'rows_per_program ({rows_per_program}) must be a '
                              f'multiple of block_n ({self.block_n})')
-        self.rows_per_program = rows_per_program
         # (batch * heads, token slices): the first grid axis has no 65535 limit
         self.programs = triton.cdiv(N, rows_per_program)
         self.grid = (self.BH, self.programs)
         self.acc = acc_dtype(x)
         self.device = x.device
+        self.launch = dict(rows_per_program=rows_per_program, ACC=TL_DTYPES[self.acc],
+                           BLOCK_N=self.block_n, BLOCK_D=self.blocks[0])
 
     def partials(self, *shape):
         """An uninitialised (B * heads, programs, *shape) buffer for partial sums."""

@@ -32,6 +32,7 @@ from ..triton_tiles import (INTERPRETED, TL_DTYPES, TokenTiling, acc_dtype,  # n
                             head_pointer, load_tile, require_usable, store_tile,
                             triton_unusable_reason)
 
+
 @triton.jit
 def _query_softmax(q_ptr, rows, cols, N, D, s_n, s_d, ACC: tl.constexpr):
     """softmax over the d features of each row of a (BLOCK_N, BLOCK_D) tile."""
@@ -176,9 +177,8 @@ def _tiling(q, v, block_n, rows_per_program):
     # the products' operand dtype is the input's, except bfloat16 in the
     # interpreter, whose bf16 ``tl.dot`` returns garbage (Triton 3.8.0)
     dot = tl.float32 if q.dtype == torch.bfloat16 and INTERPRETED else TL_DTYPES[q.dtype]
-    return cfg, dict(ACC=TL_DTYPES[cfg.acc], DOT=dot, BLOCK_N=cfg.block_n,
-                     BLOCK_D=cfg.blocks[0], BLOCK_DV=cfg.blocks[1],
-                     num_warps=num_warps, num_stages=num_stages)
+    return cfg, dict(cfg.launch, DOT=dot, BLOCK_DV=cfg.blocks[1], num_warps=num_warps,
+                     num_stages=num_stages)
 
 
 @torch.library.custom_op('mmhybrid::effatt_forward', mutates_args=())
@@ -192,16 +192,14 @@ def effatt_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     cfg, launch = _tiling(q, v, block_n, rows_per_program)
     part_m, part_l, part_c = cfg.partials(D), cfg.partials(D), cfg.partials(D, DV)
     _key_context_kernel[cfg.grid](
-        k, v, part_m, part_l, part_c, N, D, DV, H, *k.stride(), *v.stride(),
-        cfg.rows_per_program, **launch)
+        k, v, part_m, part_l, part_c, N, D, DV, H, *k.stride(), *v.stride(), **launch)
     col_max = part_m.amax(1)
     rescale = torch.exp(part_m - col_max[:, None])
     col_sum = (part_l * rescale).sum(1)
     context = ((part_c * rescale[..., None]).sum(1) / col_sum[..., None]).contiguous()
     out = v.new_empty(B, H, N, DV)
     _query_output_kernel[cfg.grid](
-        q, context, out, N, D, DV, H, *q.stride(), *out.stride(),
-        cfg.rows_per_program, **launch)
+        q, context, out, N, D, DV, H, *q.stride(), *out.stride(), **launch)
     return out, col_max, col_sum, context
 
 
@@ -227,13 +225,12 @@ def effatt_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     part_dc = cfg.partials(D, DV)
     _query_grad_kernel[cfg.grid](
         q, grad_out, context, grad_q, part_dc, N, D, DV, H, *q.stride(),
-        *grad_out.stride(), *grad_q.stride(), cfg.rows_per_program, **launch)
+        *grad_out.stride(), *grad_q.stride(), **launch)
     grad_context = part_dc.sum(1).contiguous()
     g = (context * grad_context).sum(-1).contiguous()
     _key_value_grad_kernel[cfg.grid](
         k, v, col_max, col_sum, grad_context, g, grad_k, grad_v, N, D, DV, H,
-        *k.stride(), *v.stride(), *grad_k.stride(), *grad_v.stride(),
-        cfg.rows_per_program, **launch)
+        *k.stride(), *v.stride(), *grad_k.stride(), *grad_v.stride(), **launch)
     return grad_q, grad_k, grad_v
 
 

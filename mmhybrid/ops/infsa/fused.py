@@ -22,8 +22,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..triton_tiles import (TL_DTYPES, TokenTiling, acc_dtype, head_pointer,  # noqa: F401
-                            load_tile, require_usable, store_tile, triton_unusable_reason)
+from ..triton_tiles import (TokenTiling, acc_dtype, head_pointer, load_tile,  # noqa: F401
+                            require_usable, store_tile, triton_unusable_reason)
+
 
 @triton.jit
 def _energy_kernel(q_ptr, part_e_ptr, part_m_ptr, N, D, H,
@@ -129,12 +130,6 @@ def _query_grad_kernel(q_ptr, grad_m_ptr, grad_e_ptr, dq_ptr, N, D, H,
         store_tile(dq_ptr, dq, rows, cols, N, D, sdq_n, sdq_d)
 
 
-def _tiling(q, v, block_n, rows_per_program):
-    """The token tiling and the launch arguments shared by the four kernels."""
-    cfg = TokenTiling(q, (q.shape[-1], v.shape[-1]), block_n, rows_per_program)
-    return cfg, dict(ACC=TL_DTYPES[cfg.acc], BLOCK_N=cfg.block_n, BLOCK_D=cfg.blocks[0])
-
-
 @torch.library.custom_op('mmhybrid::linear_infsa_forward', mutates_args=())
 def linear_infsa_forward(q: torch.Tensor, k: Optional[torch.Tensor], v: torch.Tensor,
                          eps: float, block_n: Optional[int] = None,
@@ -147,16 +142,16 @@ def linear_infsa_forward(q: torch.Tensor, k: Optional[torch.Tensor], v: torch.Te
     keys = q if k is None else k
     B, H, N, D = q.shape
     DV = v.shape[-1]
-    cfg, launch = _tiling(q, v, block_n, rows_per_program)
+    cfg = TokenTiling(q, (D, DV), block_n, rows_per_program)
     part_e, part_m = cfg.partials(), cfg.partials(D)
     _energy_kernel[cfg.grid](
-        q, part_e, part_m, N, D, H, *q.stride(), cfg.rows_per_program, **launch)
+        q, part_e, part_m, N, D, H, *q.stride(), **cfg.launch)
     energy_norm = part_e.sum(1) + eps
     central = (part_m.sum(1) / energy_norm[:, None]).contiguous()
     part_s, part_p = cfg.partials(), cfg.partials(DV)
     _context_kernel[cfg.grid](
         keys, v, central, part_s, part_p, N, D, DV, H, *keys.stride(),
-        *v.stride(), cfg.rows_per_program, BLOCK_DV=cfg.blocks[1], **launch)
+        *v.stride(), BLOCK_DV=cfg.blocks[1], **cfg.launch)
     score_norm = part_s.sum(1) + eps
     context = part_p.sum(1) / score_norm[:, None]
     return (context.view(B, H, 1, DV).to(v.dtype, copy=True), energy_norm, central,
@@ -183,7 +178,7 @@ def linear_infsa_backward(q: torch.Tensor, k: Optional[torch.Tensor], v: torch.T
     keys = q if k is None else k
     B, H, N, D = q.shape
     DV = v.shape[-1]
-    cfg, launch = _tiling(q, v, block_n, rows_per_program)
+    cfg = TokenTiling(q, (D, DV), block_n, rows_per_program)
     grad = grad_context.reshape(cfg.BH, DV).to(cfg.acc) / score_norm[:, None]
     grad_h = (grad * context).sum(-1)
     grad_q, grad_v = torch.empty_like(q), torch.empty_like(v)
@@ -192,12 +187,12 @@ def linear_infsa_backward(q: torch.Tensor, k: Optional[torch.Tensor], v: torch.T
     _key_value_grad_kernel[cfg.grid](
         keys, v, central, grad.contiguous(), grad_h, grad_k, grad_v, part_dc,
         N, D, DV, H, *keys.stride(), *v.stride(), *grad_k.stride(),
-        *grad_v.stride(), cfg.rows_per_program, BLOCK_DV=cfg.blocks[1], **launch)
+        *grad_v.stride(), BLOCK_DV=cfg.blocks[1], **cfg.launch)
     grad_m = (part_dc.sum(1) / energy_norm[:, None]).contiguous()
     grad_e = -(grad_m * central).sum(-1)
     _query_grad_kernel[cfg.grid](
         q, grad_m, grad_e, grad_q, N, D, H, *q.stride(), *grad_q.stride(),
-        cfg.rows_per_program, ACCUMULATE=k is None, **launch)
+        ACCUMULATE=k is None, **cfg.launch)
     return grad_q, q.new_empty(0) if k is None else grad_k, grad_v
 
 
