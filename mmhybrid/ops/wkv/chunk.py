@@ -192,7 +192,7 @@ class _ChunkBiWKV(torch.autograd.Function):
     def backward(ctx, grad_out):
         w, u, k, v, K, E, m, den, states, out = ctx.saved_tensors
         (L, segs), dtype = ctx.layout, den.dtype
-        wf, uf = w.detach().to(dtype), u.detach().to(dtype)
+        wf = w.detach().to(dtype)
         dK = torch.zeros_like(K)
 
         def grads(t0, t1):  # Z = (dL/dnum, dL/dden) = (g / den, -g y / den)
@@ -210,12 +210,12 @@ class _ChunkBiWKV(torch.autograd.Function):
 
         with no_autocast(k.device.type):
             (dk, dv), z_states = _stream(grads, finish, K, E, wf, L, segs, 2)
-            dw, du = _parameter_grads(wf, uf, L, dK, states, z_states)
+            dw, du = _parameter_grads(wf, K, L, dK, states, z_states)
         return (dw.to(w.dtype), du.to(u.dtype), dk.permute(1, 2, 0).to(k.dtype),
                 dv.permute(1, 2, 0).to(v.dtype))
 
 
-def _parameter_grads(w, u, L, dK, S, SZ):
+def _parameter_grads(w, K, L, dK, S, SZ):
     """dL/dw, dL/du (C,) from dL/dK (C, L, L) and, across chunks, from the chunk states
     (2, C, B, 4, n) of X (S) and of Z (SZ): values [:2] and w-derivatives [2:].
 
@@ -227,7 +227,7 @@ def _parameter_grads(w, u, L, dK, S, SZ):
     f_{j-1} gives d left[j]/dw = L (left(p S0)[j] - (p_j - 1) left[j]), and right[j] =
     f_{j+1} sum_{j'>j} S1_j' / f_j' gives L ((p_j + 1) right[j] - right(p S1)[j]).
     """
-    G, one = dK * torch.exp(_kernel_exponents(w, u, L)), torch.ones_like(w[:1])
+    G, one = dK * K, torch.ones_like(w[:1])
     du = torch.diagonal(G, dim1=-2, dim2=-1).sum(-1)
     dw = (G * _kernel_exponents(one, one - 1, L)).sum((-2, -1))  # dE/dw
     X, dX = S[..., :2, :], S[..., 2:, :]
