@@ -269,10 +269,8 @@ def _wide_range_bi_wkv(w, u, k, v):
     L = max(1, min(CHUNK, T, int(WIDE_DECAY_SPAN / max(w_max, 1e-12))))
     n = math.ceil(T / L)
     pad = n * L - T
-    k = torch.cat((k, k.new_full((B, pad, C), float('-inf'))), dim=1)
-    v = torch.cat((v, v.new_zeros(B, pad, C)), dim=1)
-    k = k.transpose(1, 2).reshape(B, C, n, L)
-    v = v.transpose(1, 2).reshape(B, C, n, L)
+    k = F.pad(k.transpose(1, 2), (0, pad), value=float('-inf')).reshape(B, C, n, L)
+    v = F.pad(v.transpose(1, 2), (0, pad)).reshape(B, C, n, L)
     m = k.amax(dim=-1)  # (B, C, n); every chunk holds a real token
     a = torch.exp(k - m[..., None])
     X = torch.stack((a * v, a), dim=1)  # (B, 2, C, n, L)
