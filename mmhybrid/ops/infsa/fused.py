@@ -205,16 +205,14 @@ def _(q, k, v, grad_context, energy_norm, central, score_norm, context, block_n=
 
 def _setup_context(ctx, inputs, output):
     q, k, v, _, ctx.block_n, ctx.rows_per_program = inputs
-    ctx.tied = k is None
-    ctx.save_for_backward(q, q if k is None else k, v, *output[1:])
+    ctx.save_for_backward(q, k, v, *output[1:])  # k=None (tied) is saved as None
 
 
 def _backward(ctx, grad_context, *unused):
     q, k, v, *state = ctx.saved_tensors
     grad_q, grad_k, grad_v = linear_infsa_backward(
-        q, None if ctx.tied else k, v, grad_context, *state, ctx.block_n,
-        ctx.rows_per_program)
-    return grad_q, None if ctx.tied else grad_k, grad_v, None, None, None
+        q, k, v, grad_context, *state, ctx.block_n, ctx.rows_per_program)
+    return grad_q, None if k is None else grad_k, grad_v, None, None, None
 
 
 linear_infsa_forward.register_autograd(_backward, setup_context=_setup_context)
