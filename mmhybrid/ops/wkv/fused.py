@@ -330,8 +330,7 @@ def _(w, u, k, v, grad_out, out, den, carry, key_max):
 
 
 def _setup_context(ctx, inputs, output):
-    out, den, carry, key_max = output
-    ctx.save_for_backward(*inputs, out, den, carry, key_max)
+    ctx.save_for_backward(*inputs, *output)  # w, u, k, v, y, den, carry, key max
 
 
 def _backward(ctx, grad_out, *unused):
