@@ -42,12 +42,13 @@ def register_flops(*module_types):
     return decorator
 
 
-def _mm(a, b, *_):
-    return a.shape[0] * a.shape[1] * b.shape[-1]
+def _product(a, *_, out):
+    """Matrix products (mm, mv, dot, bmm): ``a``'s last dim per output element."""
+    return out.numel() * a.shape[-1]
 
 
-def _bmm(a, b, *_):
-    return a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+def _add_product(bias, a, *_, out):
+    return _product(a, out=out)
 
 
 def _conv(x, weight, bias, stride, padding, dilation, transposed, *_, out):
@@ -68,14 +69,9 @@ def _norm(x, weight, training=True):
 
 # aten op -> (kind, count(*args, out=output)); fvcore's factors where it has them
 ATEN_RULES = {
-    aten.mm: ('matmul', lambda a, b, out: _mm(a, b)),
-    aten.addmm: ('matmul', lambda bias, a, b, *_, out: _mm(a, b)),
-    aten._addmm_activation: ('matmul', lambda bias, a, b, *_, out: _mm(a, b)),
-    aten.mv: ('matmul', lambda a, b, out: a.numel()),
-    aten.addmv: ('matmul', lambda bias, a, b, *_, out: a.numel()),
-    aten.dot: ('matmul', lambda a, b, out: a.numel()),
-    aten.bmm: ('matmul', lambda a, b, out: _bmm(a, b)),
-    aten.baddbmm: ('matmul', lambda bias, a, b, *_, out: _bmm(a, b)),
+    **dict.fromkeys([aten.mm, aten.mv, aten.dot, aten.bmm], ('matmul', _product)),
+    **dict.fromkeys([aten.addmm, aten._addmm_activation, aten.addmv, aten.baddbmm],
+                    ('matmul', _add_product)),
     aten.convolution: ('conv', _conv),
     aten._convolution: ('conv', _conv),
     aten.native_layer_norm: ('norm', lambda x, shape, weight, *_, out: _norm(x, weight)),
