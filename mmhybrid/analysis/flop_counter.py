@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 
 import torch
 import torch.nn.functional as F
+from mmengine.analysis.jit_handles import conv_flop_count
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -52,8 +53,7 @@ def _add_product(bias, a, *_, out):
 
 
 def _conv(x, weight, bias, stride, padding, dilation, transposed, *_, out):
-    spatial = (x if transposed else out).shape[2:]
-    return x.shape[0] * math.prod(weight.shape) * math.prod(spatial)
+    return conv_flop_count(x.shape, weight.shape, out.shape, transposed)
 
 
 def _attention(q, k, v, *_):
