@@ -105,12 +105,10 @@ def build_backbone(backbone_type, arch, options=None):
                              **(options or {})))
 
 
-def measure(model, shape, backbone_only=False, device='cpu'):
-    """Complexity of ``model`` (or its backbone) on one random ``shape`` image."""
+def measure(model, shape, device='cpu'):
+    """Complexity of ``model`` (whole or a backbone) on one random ``shape`` image."""
     model = model.to(device).eval()
     x = torch.randn(1, 3, *shape, device=device)
-    if backbone_only:
-        return Complexity(model.backbone, x)
     if not hasattr(model, 'data_preprocessor'):  # a bare backbone
         return Complexity(model, x)
     samples = None
@@ -137,9 +135,8 @@ def special_kinds(counters):
     return sorted(set().union(*counters) - PLAIN_KINDS)
 
 
-def report(model, complexity, backbone_only):
+def report(root, complexity):
     """Rows: backbone stages, then the model's other top-level parts, then total."""
-    root = model.backbone if backbone_only else model
     backbone = getattr(root, 'backbone', root)
     prefix = '' if backbone is root else 'backbone.'
     rows = [(prefix + label, p, c) for label, p, c in complexity.rows(backbone)]
@@ -158,11 +155,11 @@ def report(model, complexity, backbone_only):
 def paper_row(entry, device='cpu'):
     """Our params, FLOPs and FLOPs without SDPA attention for a PAPER_FIGURES row."""
     model = build_from_config(osp.join(REPO, entry['config']), entry['options'])
-    complexity = measure(model, entry['shape'], entry['part'] == 'backbone', device)
     part = model.backbone if entry['part'] == 'backbone' else model
-    kinds = complexity.kinds(part)
+    complexity = measure(part, entry['shape'], device)
+    kinds = complexity.kinds()
     total = sum(kinds.values())
-    return complexity.params(part) / 1e6, total / 1e9, (total - kinds['attention']) / 1e9
+    return complexity.params() / 1e6, total / 1e9, (total - kinds['attention']) / 1e9
 
 
 def _diff(ours, paper):
@@ -195,7 +192,7 @@ def run_arch_tables(args):
     rows = []
     for entry in [e for e in ARCH_FIGURES if e['type'] in chosen]:
         complexity = measure(build_backbone(entry['type'], entry['arch'], entry['options']),
-                             entry['shape'], device=args.device)
+                             entry['shape'], args.device)
         rows.append((entry, complexity.params(), complexity.kinds()))
     kinds = special_kinds(k for _, _, k in rows)
     print(markdown(['model', 'backbone', 'input', 'params (M)', 'GFLOPs'] + [
@@ -221,14 +218,14 @@ def main(argv=None):
         for arch in args.arch[1:]:
             model = build_backbone(args.arch[0], arch, args.cfg_options)
             print(f'\n{args.arch[0]} arch={arch!r}, input 1x3x{shape[0]}x{shape[1]}\n')
-            print(report(model, measure(model, shape, device=args.device), False))
+            print(report(model, measure(model, shape, args.device)))
         return
     model = build_from_config(args.config, args.cfg_options)
-    complexity = measure(model, shape, args.backbone_only, args.device)
+    root = model.backbone if args.backbone_only else model
     print(f'{"backbone of " if args.backbone_only else ""}{type(model).__name__} from '
           f'{args.config}, input 1x3x{shape[0]}x{shape[1]}, multiply-adds (fvcore '
           'convention + attention + custom ops)\n')
-    print(report(model, complexity, args.backbone_only))
+    print(report(root, measure(root, shape, args.device)))
 
 
 if __name__ == '__main__':
