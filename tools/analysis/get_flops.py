@@ -125,14 +125,14 @@ def markdown(head, rows):
                      for cells in [head, ['---'] * len(head)] + rows)
 
 
-def kind_cells(counts, kinds):
-    return [f'{sum(counts.values()) / 1e9:.3f}'] + [
-        f'{counts[k] / 1e9:.3f}' if counts[k] else '' for k in kinds]
-
-
-def special_kinds(counters):
-    """Kinds beyond fvcore's (attention, custom-op formulas), sorted."""
-    return sorted(set().union(*counters) - PLAIN_KINDS)
+def kind_table(head, rows):
+    """Markdown of ``[(cells, counts)]``: the cells, then GFLOPs in all and of each
+    kind beyond fvcore's (attention, custom-op formulas)."""
+    kinds = sorted(set().union(*(counts for _, counts in rows)) - PLAIN_KINDS)
+    return markdown(head + ['GFLOPs'] + [f'of which {k}' for k in kinds], [
+        cells + [f'{sum(counts.values()) / 1e9:.3f}'] + [
+            f'{counts[k] / 1e9:.3f}' if counts[k] else '' for k in kinds]
+        for cells, counts in rows])
 
 
 def report(root, complexity):
@@ -146,10 +146,8 @@ def report(root, complexity):
                      c for c in root.named_children() if c[1] is not backbone]
                  if complexity.params(child) or complexity.kinds(child)]
     rows.append(('total', complexity.params(), complexity.kinds()))
-    kinds = special_kinds(c for _, _, c in rows)
-    return markdown(['part', 'params (M)', 'GFLOPs'] + [f'of which {k}' for k in kinds],
-                    [[label, f'{params / 1e6:.3f}', *kind_cells(counts, kinds)]
-                     for label, params, counts in rows])
+    return kind_table(['part', 'params (M)'], [
+        ([label, f'{params / 1e6:.3f}'], counts) for label, params, counts in rows])
 
 
 def paper_row(entry, device='cpu'):
@@ -190,17 +188,14 @@ def run_arch_tables(args):
     if chosen - types:
         raise SystemExit(f'unknown backbone types {sorted(chosen - types)}')
     rows = []
-    for entry in [e for e in ARCH_FIGURES if e['type'] in chosen]:
-        complexity = measure(build_backbone(entry['type'], entry['arch'], entry['options']),
-                             entry['shape'], args.device)
-        rows.append((entry, complexity.params(), complexity.kinds()))
-    kinds = special_kinds(k for _, _, k in rows)
-    print(markdown(['model', 'backbone', 'input', 'params (M)', 'GFLOPs'] + [
-        f'of which {k}' for k in kinds], [
-        [e['model'], f"`{e['type']}(arch={e['arch']!r}"
-         + ''.join(f', {k}={v!r}' for k, v in e['options'].items()) + ')`',
-         '{}x{}'.format(*e['shape']), f'{params / 1e6:.2f}', *kind_cells(counts, kinds)]
-        for e, params, counts in rows]), flush=True)
+    for e in [e for e in ARCH_FIGURES if e['type'] in chosen]:
+        complexity = measure(build_backbone(e['type'], e['arch'], e['options']),
+                             e['shape'], args.device)
+        rows.append(([e['model'], f"`{e['type']}(arch={e['arch']!r}"
+                      + ''.join(f', {k}={v!r}' for k, v in e['options'].items()) + ')`',
+                      '{}x{}'.format(*e['shape']), f'{complexity.params() / 1e6:.2f}'],
+                     complexity.kinds()))
+    print(kind_table(['model', 'backbone', 'input', 'params (M)'], rows), flush=True)
 
 
 def main(argv=None):
