@@ -37,6 +37,11 @@ SHAPES = [
     ('effatt', torch.float32, (1, 3, 256 * 256, 32), 'ELFATT-T s1 1024^2'),
     ('linear_infsa', torch.bfloat16, (1, 48, 64 * 64, 16), 'InfViT-linear-b'),
 ]
+# single-pass minimum of forward + backward, in tensors of the op's shape read or
+# written once
+IO_TENSORS = {'bi_wkv': 3 + 5,  # fwd: k, v -> y; bwd: k, v, dy -> dk, dv
+              'effatt': 4 + 7,  # fwd: q, k, v -> o; bwd: q, k, v, do -> dq, dk, dv
+              'linear_infsa': 3 + 6}  # EFFATT's less o and do: those are (B, H, 1, dv)
 
 
 def tensor_bytes(launch, used_args):
@@ -56,17 +61,6 @@ def tiles(launch):
     if 'NT' in args and 'BLOCK_N' in args:  # carry scan: blocks of BLOCK_N tiles
         return programs * -(-args['NT'] // args['BLOCK_N'])
     return programs
-
-
-def op_io_bytes(op, dtype, shape):
-    """Single-pass minimum of forward + backward: read inputs, write outputs once."""
-    item = torch.empty(0, dtype=dtype).element_size()
-    n = math.prod(shape)
-    if op == 'bi_wkv':  # fwd: k, v -> y; bwd: k, v, dy -> dk, dv
-        return item * n * (3 + 5)
-    if op == 'effatt':  # fwd: q, k, v -> o; bwd: q, k, v, do -> dq, dk, dv
-        return item * n * (4 + 7)
-    return item * n * (3 + 6)  # linear InfSA: the output is (B, H, 1, dv)
 
 
 def linear_layer(tokens, C, gpu):
@@ -94,7 +88,7 @@ def rows_for(op, dtype, shape, label):
                             sass=row['sass'], tiles=tiles(launch),
                             est_bandwidth_us=bw_s * 1e6, est_issue_us=issue_s * 1e6,
                             bound='issue' if issue_s > bw_s else 'bandwidth'))
-        single = op_io_bytes(op, dtype, shape) / bandwidth
+        single = IO_TENSORS[op] * math.prod(shape) * dtype.itemsize / bandwidth
         linear = linear_layer(tokens, C, gpu)
         out.append(dict(case, kernel='(op, fwd+bwd)', est_total_us=total * 1e6,
                         est_single_pass_us=single * 1e6, est_linear_bf16_us=linear * 1e6,
