@@ -66,25 +66,23 @@ PAPERS, PAPER_FIGURES, ARCH_FIGURES = read_metafiles()
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('config', nargs='?', help='config file')
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument('config', nargs='?', help='config file')
+    what.add_argument('--arch', nargs='+', metavar=('TYPE', 'ARCH'),
+                      help='bare backbones instead of a config, e.g. SoLAVision t s')
+    what.add_argument('--paper-tables', nargs='*', metavar='PAPER', choices=PAPERS,
+                      help='our figures beside the papers\' (sola elfatt infvit)')
+    what.add_argument('--arch-tables', nargs='*', metavar='TYPE',
+                      choices=sorted({e['type'] for e in ARCH_FIGURES}),
+                      help='every arch we ship (of these backbone types)')
     parser.add_argument('--shape', type=int, nargs='+', default=[224],
                         help='input H [W] (default 224)')
     parser.add_argument('--backbone-only', action='store_true',
                         help='count model.backbone only, as SoLA-Vision does')
-    parser.add_argument('--arch', nargs='+', metavar=('TYPE', 'ARCH'),
-                        help='bare backbones instead of a config, e.g. SoLAVision t s')
-    parser.add_argument('--paper-tables', nargs='*', metavar='PAPER', choices=PAPERS,
-                        help='our figures beside the papers\' (sola elfatt infvit)')
-    parser.add_argument('--arch-tables', nargs='*', metavar='TYPE',
-                        choices=sorted({e['type'] for e in ARCH_FIGURES}),
-                        help='every arch we ship (of these backbone types)')
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config entries (with --arch: backbone arguments)')
     args = parser.parse_args(argv)
-    if sum([args.config is not None, args.arch is not None,
-            args.paper_tables is not None, args.arch_tables is not None]) != 1:
-        parser.error('give exactly one of CONFIG, --arch, --paper-tables or --arch-tables')
     if args.arch is not None and len(args.arch) < 2:
         parser.error('--arch needs a backbone type and at least one arch')
     if len(args.shape) > 2:
