@@ -79,22 +79,18 @@ def load_images(paths=(), num=4, size=(224, 224), seed=0):
             for img in images]
 
 
-def run(model, batch):
-    """The backbone's outputs as a tuple of (B, C, h, w) maps."""
-    outputs = model(batch)
-    return (outputs, ) if isinstance(outputs, torch.Tensor) else tuple(outputs)
-
-
-def effective_receptive_fields(model, batch):
-    """(H, W) ERF of every output of ``model``, averaged over the batch."""
+def outputs_and_erfs(model, batch):
+    """The backbone's outputs, (B, C, h, w) maps, and the (H, W) ERF of each,
+    averaged over the batch."""
     x = batch.clone().requires_grad_(True)
-    outputs = run(model, x)
+    outputs = model(x)
+    outputs = (outputs, ) if isinstance(outputs, torch.Tensor) else tuple(outputs)
     erfs = []
     for i, out in enumerate(outputs):
         centre = out[:, :, out.shape[2] // 2, out.shape[3] // 2].relu().sum()
         grad, = torch.autograd.grad(centre, x, retain_graph=i < len(outputs) - 1)
         erfs.append((grad.relu().sum(1).mean(0)).numpy())
-    return erfs
+    return [out.detach() for out in outputs], erfs
 
 
 def _normalised(a):
@@ -153,9 +149,7 @@ def main(argv=None):
     images = load_images(args.image, args.num_images, size)
     batch = torch.from_numpy(np.stack(images).astype(np.float32)).permute(0, 3, 1, 2)
     batch = (batch - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
-    with torch.no_grad():
-        outputs = run(model, batch)
-    erfs = effective_receptive_fields(model, batch)
+    outputs, erfs = outputs_and_erfs(model, batch)
     os.makedirs(args.out, exist_ok=True)
     save_feature_maps(images[:4], outputs, osp.join(args.out, 'features.png'))
     save_erfs(erfs, osp.join(args.out, 'erf.png'))
