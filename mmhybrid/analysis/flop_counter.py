@@ -72,8 +72,7 @@ ATEN_RULES = {
     **dict.fromkeys([aten.mm, aten.mv, aten.dot, aten.bmm], ('matmul', _product)),
     **dict.fromkeys([aten.addmm, aten._addmm_activation, aten.addmv, aten.baddbmm],
                     ('matmul', _add_product)),
-    aten.convolution: ('conv', _conv),
-    aten._convolution: ('conv', _conv),
+    **dict.fromkeys([aten.convolution, aten._convolution], ('conv', _conv)),
     aten.native_layer_norm: ('norm', lambda x, shape, weight, *_, out: _norm(x, weight)),
     aten.native_group_norm: ('norm', lambda x, weight, *_, out: _norm(x, weight)),
     aten._native_batch_norm_legit_no_training: (
