@@ -16,6 +16,14 @@ TINY_BACKBONES = {
         type='mmhybrid.CSWin', block_sizes=(8, 8, 16, 8), drop_path_rate=0.,
         arch=dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 2, 4, 4),
                   split_sizes=(1, 2, 2, 2))),
+    'InfiniteVLVision': dict(
+        type='mmhybrid.InfiniteVLVision', head_dim=16, window_size=3,
+        drop_path_rate=0.,
+        arch=dict(embed_dims=(16, 16, 32, 32), schedule='WG/GG/WGGG/WG')),
+    'HAViT': dict(
+        type='mmhybrid.HAViT', img_size=64, drop_path_rate=0.,
+        out_indices=(0, 1, 2, 3), out_type='featmap',
+        arch=dict(embed_dims=32, depth=4, num_heads=4, mlp_ratio=2.)),
     # four layers, one per pyramid level of mmseg's ViT + MultiLevelNeck configs
     'InfViT': dict(
         type='mmhybrid.InfViT', img_size=64, drop_path_rate=0.,
