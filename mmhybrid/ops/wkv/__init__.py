@@ -35,7 +35,8 @@ def bi_wkv(w, u, k, v, backend=None):
     Args:
         w (Tensor): (C,) per-channel decay, used as is (the SoLA/Vision-RWKV layer
             passes ``decay / T``).
-        u (Tensor): (C,) per-channel bonus for the token itself (``first / T``).
+        u (Tensor): (C,) per-channel bonus for the token itself, used as is (the
+            layer passes ``first`` unscaled: docs/design.md).
         k, v (Tensor): (B, T, C) keys and values.
         backend (str, optional): ``'torch'``/``'chunk'``, ``'triton'`` or
             ``'naive'``; default :mod:`mmhybrid.ops.dispatch`'s rule (automatic:
