@@ -3,6 +3,8 @@ products over (B, heads) batches without copies, the row blocks that bound the
 memory of the block-wise ops, and the dtype they accumulate in."""
 import torch
 
+from .tracing import is_tracing
+
 
 def check_heads(q, k, v):
     """Raise unless q, k are (B, heads, N, d) and v (B, heads, N, dv); ``k=None``
@@ -22,7 +24,13 @@ def head_matmul(a, b, dtype=None):
     the whole N x d operand to batch it. One ``bmm`` per batch element reads each
     (heads, N, d) strided batch in place (BLAS takes the row stride as leading
     dimension). With ``dtype`` the operands are cast one batch element at a time.
+    Traced (ONNX export, torch.compile, torch.export) it is one ``matmul``: a
+    graph must serve every batch size, and a loop over the batch would be unrolled
+    into the traced one.
     """
+    if is_tracing():
+        return torch.matmul(a if dtype is None else a.to(dtype),
+                            b if dtype is None else b.to(dtype))
     return torch.stack([torch.bmm(x if dtype is None else x.to(dtype),
                                   y if dtype is None else y.to(dtype))
                         for x, y in zip(a.unbind(0), b.unbind(0))])

@@ -106,6 +106,20 @@ def test_wrong_graph_is_refused_and_removed(tmp_path):
     assert not path.exists()
 
 
+def test_graph_frozen_at_its_batch_is_refused(tmp_path):
+    """The checks run one image more than the export batch: a graph that holds
+    for its export batch only (a loop over the batch, unrolled) fails them."""
+
+    class BatchFrozen(nn.Module):
+        def forward(self, x):
+            return torch.cat([image[None] * 2 for image in x.unbind(0)])
+
+    path = tmp_path / 'm.onnx'
+    ok, lines = export.export_and_check(BatchFrozen(), SHAPE, str(path))
+    assert not ok and 'FAIL' in '\n'.join(lines)
+    assert not path.exists()
+
+
 @pytest.mark.parametrize('size,bins', [((7, 13), (1, 2)), ((12, 9), (3, 6)),
                                        ((5, 5), (6, 6)), ((16, 24), (2, 3))])
 def test_exportable_adaptive_pool_is_adaptive_avg_pool(size, bins):

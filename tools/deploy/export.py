@@ -10,8 +10,8 @@ boxes, labels and masks, ``detector_graph.TwoStageDetections``), a backbone type
 The graph takes (batch, 3, H, W) images with dynamic batch, height and width (as
 general as torch.export's guards allow; ``--static`` fixes the export size). After
 exporting, the file is run (onnxruntime's CPU provider, or the loaded
-``ExportedProgram``) at three sizes none of which is the export size and compared
-with eager PyTorch; a relative error above ``--tol`` (max |diff| / max |eager| per
+``ExportedProgram``) at three sizes none of which is the export size, with one
+image more than the export batch, and compared with eager PyTorch; a relative error above ``--tol`` (max |diff| / max |eager| per
 output), an error at run time, or a model the graph cannot represent (see
 :func:`refusals`) deletes the file and exits with status 1 and the reason. What is
 built for each ``--part``: ``exportable.py``.
@@ -182,6 +182,7 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
         return False, ['refused: ' + r for r in reasons]
     shapes = [tuple(shape)] if static else (check_shapes or
                                             default_check_shapes(shape, stride))
+    check_batch = batch if static else batch + 1  # a graph frozen at its batch fails
     x = torch.randn(batch, 3, *shape)
     start = time.perf_counter()
     if fmt == 'onnx':
@@ -198,8 +199,9 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
     if fmt != 'onnx' and not static:
         lines.append('  input sizes the program accepts: ' + ', '.join(
             f'{s}: {r}' for s, r in program.range_constraints.items()))
+    lines.append(f'  checked at batch {check_batch}:')
     ok = True
-    for size, err in check_sizes(model, run, shapes, batch):
+    for size, err in check_sizes(model, run, shapes, check_batch):
         good = isinstance(err, float) and err <= tol
         ok &= good
         lines.append(f'  {size[0]}x{size[1]}: ' + (f'rel err {err:.1e}' if isinstance(

@@ -31,21 +31,14 @@ from ..heads import acc_dtype, head_matmul
 from ..tracing import is_tracing, no_autocast
 
 
-def _matmul(a, b, dtype):
-    """``a @ b`` in ``dtype``: :func:`head_matmul` eagerly, one matmul when traced."""
-    if is_tracing():
-        return torch.matmul(a.to(dtype), b.to(dtype))
-    return head_matmul(a, b, dtype)
-
-
 def _weighted_sum(weights, x):
     """(B, H, N) weights, (B, H, N, d) tokens -> (B, H, d) in the weights' dtype."""
-    return _matmul(weights[..., None, :], x, weights.dtype).squeeze(-2)
+    return head_matmul(weights[..., None, :], x, weights.dtype).squeeze(-2)
 
 
 def _project(x, vec):
     """(B, H, N, d) tokens, (B, H, d) vector -> (B, H, N) dot products."""
-    return _matmul(x, vec[..., None], vec.dtype).squeeze(-1)
+    return head_matmul(x, vec[..., None], vec.dtype).squeeze(-1)
 
 
 def _scores(q, keys, eps):
