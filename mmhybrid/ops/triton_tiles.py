@@ -94,6 +94,24 @@ def require_usable(op, *tensors):
         raise RuntimeError(f'{op} triton backend: {reason}')
 
 
+def register_autograd(forward, backward, tensors, saved_outputs, options=0):
+    """Differentiate the custom op ``forward`` by the custom op ``backward``, called
+    as ``backward(*tensors, grad of output 0, *outputs[saved_outputs:], *options)``
+    with ``forward``'s first ``tensors`` and last ``options`` arguments. It returns
+    the gradients of those tensors; a None argument (a tied ``k``) gets None."""
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:tensors], *output[saved_outputs:])
+        ctx.options, ctx.others = inputs[len(inputs) - options:], len(inputs) - tensors
+
+    def formula(ctx, grad, *unused):
+        saved = ctx.saved_tensors
+        grads = backward(*saved[:tensors], grad, *saved[tensors:], *ctx.options)
+        return (*(None if x is None else g for x, g in zip(saved, grads)),
+                *[None] * ctx.others)
+
+    forward.register_autograd(formula, setup_context=setup_context)
+
+
 @triton.jit
 def head_pointer(ptr, pid_bh, H, s_b, s_h):
     """``ptr`` moved to the (batch, head) ``divmod(pid_bh, H)`` of a strided tensor."""

@@ -29,8 +29,8 @@ import triton
 import triton.language as tl
 
 from ..triton_tiles import (INTERPRETED, TL_DTYPES, TokenTiling, acc_dtype,  # noqa: F401
-                            head_pointer, load_tile, require_usable, store_tile,
-                            triton_unusable_reason)
+                            head_pointer, load_tile, register_autograd, require_usable,
+                            store_tile, triton_unusable_reason)
 
 
 @triton.jit
@@ -240,18 +240,8 @@ def _(q, k, v, grad_out, col_max, col_sum, context, block_n=None,
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def _setup_context(ctx, inputs, output):
-    q, k, v, ctx.block_n, ctx.rows_per_program = inputs
-    ctx.save_for_backward(q, k, v, *output[1:])
-
-
-def _backward(ctx, grad_out, *unused):
-    grads = effatt_backward(*ctx.saved_tensors[:3], grad_out, *ctx.saved_tensors[3:],
-                            ctx.block_n, ctx.rows_per_program)
-    return *grads, None, None
-
-
-effatt_forward.register_autograd(_backward, setup_context=_setup_context)
+register_autograd(effatt_forward, effatt_backward, tensors=3, saved_outputs=1,
+                  options=2)
 
 
 def triton_effatt(q, k, v, block_n=None, rows_per_program=None):

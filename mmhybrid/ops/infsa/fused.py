@@ -23,7 +23,8 @@ import triton
 import triton.language as tl
 
 from ..triton_tiles import (TokenTiling, acc_dtype, head_pointer, load_tile,  # noqa: F401
-                            require_usable, store_tile, triton_unusable_reason)
+                            register_autograd, require_usable, store_tile,
+                            triton_unusable_reason)
 
 
 @triton.jit
@@ -203,19 +204,8 @@ def _(q, k, v, grad_context, energy_norm, central, score_norm, context, block_n=
             torch.empty_like(v))
 
 
-def _setup_context(ctx, inputs, output):
-    q, k, v, _, ctx.block_n, ctx.rows_per_program = inputs
-    ctx.save_for_backward(q, k, v, *output[1:])  # k=None (tied) is saved as None
-
-
-def _backward(ctx, grad_context, *unused):
-    q, k, v, *state = ctx.saved_tensors
-    grad_q, grad_k, grad_v = linear_infsa_backward(
-        q, k, v, grad_context, *state, ctx.block_n, ctx.rows_per_program)
-    return grad_q, None if k is None else grad_k, grad_v, None, None, None
-
-
-linear_infsa_forward.register_autograd(_backward, setup_context=_setup_context)
+register_autograd(linear_infsa_forward, linear_infsa_backward, tensors=3,
+                  saved_outputs=1, options=2)
 
 
 def triton_linear_infsa_context(q, k, v, eps=1e-6, block_n=None,

@@ -40,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..triton_tiles import INTERPRETED
+from ..triton_tiles import INTERPRETED, register_autograd
 from .chunk import BONUS_RANGE, MAX_DECAY_SPAN
 
 BLOCK_T = 64  # tokens per tile
@@ -329,15 +329,7 @@ def _(w, u, k, v, grad_out, out, den, carry, key_max):
             torch.empty_like(v, memory_format=contiguous))
 
 
-def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs, *output)  # w, u, k, v, y, den, carry, key max
-
-
-def _backward(ctx, grad_out, *unused):
-    return bi_wkv_backward(*ctx.saved_tensors[:4], grad_out, *ctx.saved_tensors[4:])
-
-
-bi_wkv_forward.register_autograd(_backward, setup_context=_setup_context)
+register_autograd(bi_wkv_forward, bi_wkv_backward, tensors=4, saved_outputs=0)
 
 
 def fused_bi_wkv(w, u, k, v):
