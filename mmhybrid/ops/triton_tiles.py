@@ -40,17 +40,18 @@ class TokenTiling:
             two of at least ``min_block`` (16 where ``tl.dot`` uses them).
         block_n, rows_per_program (int, optional): force the tile rows and the
             rows per program (tests); by default the tile holds at most
-            ``MAX_TILE`` elements and the GPU gets ~8 programs per SM.
+            ``max_tile`` elements and the GPU gets ~8 programs per SM.
 
     ``launch`` holds the keywords every token-tiled kernel takes: ``rows_per_program``,
     ``ACC`` (the accumulation dtype), ``BLOCK_N`` and ``BLOCK_D`` (``blocks[0]``).
     """
 
-    def __init__(self, x, widths, block_n=None, rows_per_program=None, min_block=1):
+    def __init__(self, x, widths, block_n=None, rows_per_program=None, min_block=1,
+                 max_tile=MAX_TILE):
         B, H, N = x.shape[:3]
         self.BH = B * H
         self.blocks = [max(min_block, triton.next_power_of_2(w)) for w in widths]
-        self.block_n = block_n or max(16, min(128, MAX_TILE // max(self.blocks)))
+        self.block_n = block_n or max(16, min(128, max_tile // max(self.blocks)))
         tiles = triton.cdiv(N, self.block_n)
         if rows_per_program is None:
             target = 8 * _num_sms(x.device) if x.is_cuda else 1

@@ -152,8 +152,9 @@ def _key_value_grad_kernel(k_ptr, v_ptr, col_max_ptr, col_sum_ptr, dc_ptr, g_ptr
         store_tile(dv_ptr, dv, rows, cols_v, N, DV, sdv_n, sdv_d)
 
 
-def launch_config(dtype, D, DV):
-    """(tile rows, warps, pipeline stages) of every kernel for this dtype and head dims.
+def launch_config(q, v, block_n=None, rows_per_program=None):
+    """The token tiling and the launch arguments (tile rows, warps, pipeline stages)
+    shared by the four kernels, for the dtype and head dims of ``q`` and ``v``.
 
     fp16/bf16 products run on tensor cores: tiles of 4096 elements (128 x 32,
     64 x 64), 8 warps, 2 stages. fp32 (and fp64) products are exact FMA loops
@@ -163,22 +164,14 @@ def launch_config(dtype, D, DV):
     also needs 188 KB of shared memory, more than an A100 has). Checked by
     :mod:`mmhybrid.ops.compile_check` (tests/ops/test_kernel_compile.py).
     """
-    widest = max(triton.next_power_of_2(D), triton.next_power_of_2(DV), 16)
-    if dtype in (torch.float16, torch.bfloat16):
-        return max(16, min(128, 4096 // widest)), 8, 2
-    return max(16, min(128, 1024 // widest)), 8, 1
-
-
-def _tiling(q, v, block_n, rows_per_program):
-    """The token tiling and the launch arguments shared by the four kernels."""
-    D, DV = q.shape[-1], v.shape[-1]
-    tile_rows, num_warps, num_stages = launch_config(q.dtype, D, DV)
-    cfg = TokenTiling(q, (D, DV), block_n or tile_rows, rows_per_program, min_block=16)
+    half = q.dtype in (torch.float16, torch.bfloat16)
+    cfg = TokenTiling(q, (q.shape[-1], v.shape[-1]), block_n, rows_per_program,
+                      min_block=16, max_tile=4096 if half else 1024)
     # the products' operand dtype is the input's, except bfloat16 in the
     # interpreter, whose bf16 ``tl.dot`` returns garbage (Triton 3.8.0)
     dot = tl.float32 if q.dtype == torch.bfloat16 and INTERPRETED else TL_DTYPES[q.dtype]
-    return cfg, dict(cfg.launch, DOT=dot, BLOCK_DV=cfg.blocks[1], num_warps=num_warps,
-                     num_stages=num_stages)
+    return cfg, dict(cfg.launch, DOT=dot, BLOCK_DV=cfg.blocks[1], num_warps=8,
+                     num_stages=2 if half else 1)
 
 
 @torch.library.custom_op('mmhybrid::effatt_forward', mutates_args=())
@@ -189,7 +182,7 @@ def effatt_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     ``C`` (B * heads, d, dv), the last three kept for backward."""
     B, H, N, D = q.shape
     DV = v.shape[-1]
-    cfg, launch = _tiling(q, v, block_n, rows_per_program)
+    cfg, launch = launch_config(q, v, block_n, rows_per_program)
     part_m, part_l, part_c = cfg.partials(D), cfg.partials(D), cfg.partials(D, DV)
     _key_context_kernel[cfg.grid](
         k, v, part_m, part_l, part_c, N, D, DV, H, *k.stride(), *v.stride(), **launch)
@@ -219,7 +212,7 @@ def effatt_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Triton backward: (dq, dk, dv)."""
     B, H, N, D = q.shape
     DV = v.shape[-1]
-    cfg, launch = _tiling(q, v, block_n, rows_per_program)
+    cfg, launch = launch_config(q, v, block_n, rows_per_program)
     grad_out = grad_out.to(v.dtype)
     grad_q, grad_k, grad_v = (torch.empty_like(t) for t in (q, k, v))
     part_dc = cfg.partials(D, DV)
