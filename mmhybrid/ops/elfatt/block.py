@@ -24,7 +24,7 @@ import torch
 from ..attention import softmax_attention
 from ..heads import check_heads
 from ..tracing import is_tracing
-from ..windows import window_pair, window_partition, window_reverse
+from ..windows import window_mask, window_pair, window_partition, window_reverse
 
 
 def block_window(block_size):
@@ -112,13 +112,6 @@ def map_windows(fn, tensors, hw_shape, window):
 
 def _traced_window_attention(q, k, v, hw_shape, window, scale):
     """One masked attention over the grid zero-padded to whole windows."""
-    (H, W), (wh, ww) = hw_shape, window
-    nh, nw = (H + wh - 1) // wh, (W + ww - 1) // ww
-    # keys inside the grid, per window: (nW, 1, L)
-    inside = (torch.arange(nh * wh, device=q.device) < H)[:, None] & (
-        torch.arange(nw * ww, device=q.device) < W)
-    valid = _padded_windows(inside.reshape(1, 1, -1, 1), (nh * wh, nw * ww),
-                            window)[0, 0]
     (q, k, v) = (_padded_windows(t, hw_shape, window) for t in (q, k, v))
     B, heads, nW, L, _ = q.shape
     # 4-D for the ONNX exporters: (B * heads, nW, L, d); softmax attention written
@@ -126,7 +119,9 @@ def _traced_window_attention(q, k, v, hw_shape, window, scale):
     q, k, v = (t.reshape(B * heads, nW, L, t.shape[-1]) for t in (q, k, v))
     logits = torch.matmul(q, k.transpose(-2, -1)) * (
         q.shape[-1]**-0.5 if scale is None else scale)
-    logits = logits.masked_fill(~valid.reshape(nW, 1, L), float('-inf'))
+    # keys inside the grid (and, for a padded query, itself: dropped with it)
+    logits = logits.masked_fill(~window_mask(hw_shape, window, None, q.device),
+                                float('-inf'))
     out = torch.matmul(torch.softmax(logits, dim=-1), v)
     return _from_padded_windows(out.reshape(B, heads, nW, L, v.shape[-1]), hw_shape, window)
 
