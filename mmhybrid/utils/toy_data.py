@@ -131,8 +131,7 @@ def make_toy_ade20k(root, num_train=48, num_val=12, size=(128, 160), seed=0):
             for kind, _, mask in objects:
                 label[mask.astype(bool)] = shape_ids[kind] + 1
             name = f'ADE_{split[:5]}_{i + 1:08d}'
-            cv2.imwrite(osp.join(root, 'images', split, name + '.jpg'), img,
-                        [cv2.IMWRITE_JPEG_QUALITY, 95])
+            cv2.imwrite(osp.join(root, 'images', split, name + '.jpg'), img)
             cv2.imwrite(osp.join(root, 'annotations', split, name + '.png'), label)
     return root
 
@@ -155,18 +154,14 @@ def make_toy_coco(root, num_train=48, num_val=12, size=(160, 192), seed=1):
             img, _, objects = draw_scene(h, w, rng)
             img_id = (1 if split == 'train2017' else 500000) + i
             file_name = f'{img_id:012d}.jpg'
-            cv2.imwrite(osp.join(root, split, file_name), img,
-                        [cv2.IMWRITE_JPEG_QUALITY, 95])
+            cv2.imwrite(osp.join(root, split, file_name), img)
             images.append(dict(id=img_id, file_name=file_name, width=w, height=h))
             for kind, poly, mask in objects:
-                ys, xs = np.nonzero(mask)
-                x0, y0 = int(xs.min()), int(ys.min())
                 annotations.append(dict(
                     id=ann_id, image_id=img_id, category_id=shape_cat[kind],
                     segmentation=[np.round(poly, 1).ravel().tolist()],
                     area=float(mask.sum()), iscrowd=0,
-                    bbox=[x0, y0, int(xs.max()) - x0 + 1,
-                          int(ys.max()) - y0 + 1]))
+                    bbox=list(cv2.boundingRect(mask))))
                 ann_id += 1
         with open(osp.join(root, 'annotations', f'instances_{split}.json'), 'w') as f:
             json.dump(dict(images=images, annotations=annotations,
