@@ -269,6 +269,7 @@ def convert_state_dict(state_dict, model):
 def _fit_vit(state_dict, model, notes):
     """Class-token slot of the position embedding, a missing patch bias,
     tied/untied q, k and fused/separate q, k, v."""
+    state_dict = dict(state_dict)
     pos = state_dict.get('pos_embed')
     extra = model.num_extra_tokens
     if pos is not None and pos.dim() == 3:
@@ -277,18 +278,17 @@ def _fit_vit(state_dict, model, notes):
         if extra and not has_cls and _is_square(tokens):
             # timm no_embed_class / DeiT-III: the class token gets no position
             # embedding, i.e. a zero one
-            state_dict = dict(state_dict, pos_embed=torch.cat(
-                (pos.new_zeros(1, 1, pos.shape[2]), pos), dim=1))
+            state_dict['pos_embed'] = torch.cat(
+                (pos.new_zeros(1, 1, pos.shape[2]), pos), dim=1)
             notes.append('pos_embed given a zero class-token slot')
         elif not extra and has_cls:
-            state_dict = dict(state_dict, pos_embed=pos[:, 1:])
+            state_dict['pos_embed'] = pos[:, 1:]
             notes.append('class-token pos_embed slot dropped (with_cls_token=False)')
     bias = 'patch_embed.projection.bias'
     if ('patch_embed.projection.weight' in state_dict and bias not in state_dict
             and model.patch_embed.projection.bias is not None):
         # mmseg's ViT has no patch bias by default: a zero one is that function
-        state_dict = dict(state_dict, **{bias: torch.zeros_like(
-            model.patch_embed.projection.bias)})
+        state_dict[bias] = torch.zeros_like(model.patch_embed.projection.bias)
         notes.append('zero patch_embed bias (the checkpoint has none)')
     tied, filled, split = [], [], []
     for i, layer in enumerate(model.layers):
@@ -297,7 +297,6 @@ def _fit_vit(state_dict, model, notes):
             continue
         qkv, k, q = f'layers.{i}.attn.qkv.', f'layers.{i}.attn.k.', f'layers.{i}.attn.q.'
         if any(key.startswith(qkv) for key in state_dict):  # softmax ViT -> InfSA
-            state_dict = dict(state_dict)
             for key in [key for key in state_dict if key.startswith(qkv)]:
                 for name, part in zip('qkv', state_dict.pop(key).chunk(3)):
                     state_dict[f'layers.{i}.attn.{name}.{key[len(qkv):]}'] = part
@@ -309,9 +308,8 @@ def _fit_vit(state_dict, model, notes):
         elif attn.k is not None and not has_k and any(
                 key.startswith(q) for key in state_dict):
             # a tied checkpoint: K = Q is the same function as k := q
-            state_dict = dict(state_dict, **{
-                k + key[len(q):]: value for key, value in state_dict.items()
-                if key.startswith(q)})
+            state_dict.update({k + key[len(q):]: value for key, value
+                               in state_dict.items() if key.startswith(q)})
             filled.append(i)
     if split:
         notes.append(f'attn.qkv of layers {split} split into the q, k, v of InfSA '
