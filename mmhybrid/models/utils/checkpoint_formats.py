@@ -94,7 +94,7 @@ def convert_swin(state_dict):
     return {k: _unfold_order(v) if merge.search(k) else v for k, v in out.items()}
 
 
-_GET_V = re.compile(r'^stage(\d)\.(\d+)\.attns\.(\d)\.get_v\.(weight|bias)$')
+_GET_V = re.compile(r'\.attns\.(\d)\.get_v\.(weight|bias)$')
 
 
 def convert_cswin(state_dict):
@@ -104,30 +104,24 @@ def convert_cswin(state_dict):
     backbone) -> :class:`CSWin` keys (head dropped, unknown keys kept). The two
     stripe branches' LePE convs (C/2 channels each; one C-channel conv in the last
     stage) become one depth-wise conv ``attn.lepe``, branch 0 first."""
-    lepe = {}
-    for key, value in state_dict.items():
-        match = _GET_V.match(key)
-        if match:
-            s, j, branch, kind = match.groups()
-            lepe.setdefault(f'stages.{int(s) - 1}.blocks.{j}.attn.lepe.{kind}',
-                            {})[int(branch)] = value
-    stage = lambda m: str(int(m.group(1)) - 1)  # noqa: E731
-    out = _rename({k: v for k, v in state_dict.items()
-                   if not (k.startswith('head.') or _GET_V.match(k))}, [
+    stage = lambda m: str(int(m[1]) - 1)  # noqa: E731
+    out = _rename({k: v for k, v in state_dict.items() if not k.startswith('head.')}, [
         (r'^stage1_conv_embed\.0\.', 'patch_embed.projection.'),
         (r'^stage1_conv_embed\.2\.', 'patch_embed.norm.'),
-        (r'^stage(\d)\.(\d+)\.mlp\.fc1\.',
-         lambda m: f'stages.{stage(m)}.blocks.{m[2]}.ffn.layers.0.0.'),
-        (r'^stage(\d)\.(\d+)\.mlp\.fc2\.',
-         lambda m: f'stages.{stage(m)}.blocks.{m[2]}.ffn.layers.1.'),
-        (r'^stage(\d)\.(\d+)\.(qkv|proj)\.',
-         lambda m: f'stages.{stage(m)}.blocks.{m[2]}.attn.{m[3]}.'),
-        (r'^stage(\d)\.(\d+)\.(norm[12])\.',
-         lambda m: f'stages.{stage(m)}.blocks.{m[2]}.{m[3]}.'),
+        (r'^stage(\d)\.(\d+)\.', lambda m: f'stages.{stage(m)}.blocks.{m[2]}.'),
         (r'^merge(\d)\.', lambda m: f'stages.{stage(m)}.downsample.'),
         (r'^norm([1-4])\.', lambda m: f'norm{stage(m)}.'),
         (r'^norm\.', 'norm3.'),
     ])
+    out = _rename(out, [(r'(\.blocks\.\d+)\.(qkv|proj)\.', r'\1.attn.\2.'),
+                        (r'\.mlp\.fc1\.', '.ffn.layers.0.0.'),
+                        (r'\.mlp\.fc2\.', '.ffn.layers.1.')])
+    lepe = {}
+    for key in list(out):
+        match = _GET_V.search(key)
+        if match:
+            name = f'{key[:match.start()]}.attn.lepe.{match[2]}'
+            lepe.setdefault(name, {})[int(match[1])] = out.pop(key)
     for name, branches in lepe.items():
         out[name] = torch.cat([branches[b] for b in sorted(branches)], dim=0)
     return out
