@@ -17,6 +17,8 @@ from typing import Callable, Tuple
 
 import torch
 
+from mmhybrid.utils.checkpoint import load_checkpoint
+
 VIT, SWIN, CSWIN = ('InfViT', ), ('SwinELFATT', ), ('CSWin', )
 
 
@@ -329,10 +331,7 @@ def convert_checkpoint_file(src, dst, model):
     for ``model`` (``backbone.*`` in our layout, a linear ``head`` as ``head.fc.*``,
     an mmpretrain checkpoint's other keys as they are); returns ``(state_dict,
     format)`` as written and detected."""
-    from mmengine.runner.checkpoint import CheckpointLoader
-
-    state_dict = extract_state_dict(
-        CheckpointLoader.load_checkpoint(str(src), map_location='cpu'))
+    state_dict = extract_state_dict(load_checkpoint(str(src), map_location='cpu'))
     if any(k.startswith('backbone.') for k in state_dict):
         others = {k: v for k, v in state_dict.items()
                   if not k.startswith('backbone.')}
