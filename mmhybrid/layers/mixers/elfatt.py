@@ -1,10 +1,8 @@
 """ELFATT attention (Eq. 8-11): a global linear head beside a local blockify head."""
 import torch
-import torch.nn.functional as F
 
 from mmhybrid.ops import block_attention, effatt
 from mmhybrid.ops.elfatt import block_window, map_windows, window_block_attention
-from ..mlp import map_to_tokens, tokens_to_map
 from .base import AttentionMixer, conv_in_windows, from_heads, to_heads
 
 
@@ -107,9 +105,8 @@ class ELFATTAttention(AttentionMixer):
             (v[..., c1:].unsqueeze(1), ), hw_shape, self.window).squeeze(1)
         if not c1:
             return local
-        image = F.conv2d(tokens_to_map(v[..., :c1], hw_shape), weight[:c1],
-                         bias[:c1], padding=1, groups=c1)
-        return torch.cat([map_to_tokens(image), local], dim=-1)
+        image = conv_in_windows(v[..., :c1], hw_shape, weight[:c1], bias[:c1])
+        return torch.cat([image, local], dim=-1)
 
     def extra_repr(self):
         return (f'global_heads={self.global_heads}, local_heads={self.local_heads}, '
