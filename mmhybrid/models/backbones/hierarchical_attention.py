@@ -12,15 +12,6 @@ from .base_backbone import check_rates, resolve_arch
 from .pyramid import PyramidBackbone
 
 
-class AttentionStage(nn.Module):
-    """``blocks`` then an optional ``downsample`` (mmdet's SwinBlockSequence names)."""
-
-    def __init__(self, blocks, downsample=None):
-        super().__init__()
-        self.blocks = nn.ModuleList(blocks)
-        self.downsample = downsample
-
-
 class HierarchicalAttentionBackbone(PyramidBackbone):
     """Stem, four stages of attention blocks, an output norm per out index.
 
@@ -108,7 +99,9 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
                     drop_path=next(dpr), norm_cfg=norm_cfg))
             downsample = (self.build_downsample(dims[i], dims[i + 1], norm_cfg)
                           if i < 3 else None)
-            self.stages.append(AttentionStage(blocks, downsample))
+            # mmdet's SwinBlockSequence names: blocks, then the merge (if any)
+            self.stages.append(nn.ModuleDict(dict(blocks=nn.ModuleList(blocks),
+                                                  downsample=downsample)))
             link_history(blocks)
         self.num_features = dims
         self.build_outputs(dims, norm_cfg)
