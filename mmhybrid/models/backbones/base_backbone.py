@@ -211,9 +211,7 @@ class BaseBackbone(BaseModule):
         self.init_scratch()
         cfgs = self.init_cfg or []
         cfgs = [cfgs] if isinstance(cfgs, dict) else list(cfgs)
-        others = [c for c in cfgs if c.get('type') != 'Pretrained']
-        if others:
-            initialize(self, others)
+        initialize(self, [c for c in cfgs if c.get('type') != 'Pretrained'])
         for cfg in cfgs:
             if cfg.get('type') == 'Pretrained':
                 load_pretrained(self, cfg['checkpoint'], prefix=cfg.get('prefix'),
