@@ -151,16 +151,14 @@ class SoLAVision(PyramidBackbone):
                  layer_cfg=None):
         owner = type(self).__name__
         arch = resolve_arch(arch, self.arch_zoo, owner, ('embed_dims', 'schedule'),
-                            schedule=schedule)
+                            schedule=schedule, hsb_routes=hsb_routes)
         check_rates(owner, drop_rate=drop_rate, drop_path_rate=drop_path_rate)
         embed_dims = tuple(arch['embed_dims'])
         stages = parse_schedule(arch['schedule'], len(embed_dims))
         if history is not None and not any('S' in s for s in stages):
             raise ValueError(f'history (HAViT) needs softmax layers; schedule '
                              f'{"/".join(stages)} has no S')
-        routes = [tuple(map(tuple, r)) for r in (arch.get('hsb_routes', ()) if
-                                                 hsb_routes is None else hsb_routes)
-                  if with_hsb]
+        routes = [tuple(map(tuple, r)) for r in arch.get('hsb_routes', ()) if with_hsb]
         check_routes(routes, stages)
         window_sizes = ((window_size, ) * len(stages) if isinstance(window_size, int)
                         else tuple(window_size))
