@@ -8,28 +8,17 @@ Two OpenMMLab habits are supported from any caller scope (mmseg, mmdet, mmpretra
 * ``type='SoLAVision'`` after ``custom_imports=dict(imports=['mmhybrid'])``: public
   models are also put in mmengine's root registry, which every scope searches last.
 """
-from mmengine.registry import HOOKS as MMENGINE_HOOKS
-from mmengine.registry import MODELS as MMENGINE_MODELS
-from mmengine.registry import \
-    OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
+from mmengine import registry as upstream
 from mmengine.registry import Registry
 
-MODELS = Registry(
-    'model',
-    parent=MMENGINE_MODELS,
-    scope='mmhybrid',
-    locations=['mmhybrid.models'])
+MODELS = Registry('model', parent=upstream.MODELS, scope='mmhybrid',
+                  locations=['mmhybrid.models'])
 # configs name them ``type='mmhybrid.AtomicCheckpointHook'``
-HOOKS = Registry(
-    'hook',
-    parent=MMENGINE_HOOKS,
-    scope='mmhybrid',
-    locations=['mmhybrid.engine'])
+HOOKS = Registry('hook', parent=upstream.HOOKS, scope='mmhybrid',
+                 locations=['mmhybrid.engine'])
 OPTIM_WRAPPER_CONSTRUCTORS = Registry(
-    'optimizer wrapper constructor',
-    parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS,
-    scope='mmhybrid',
-    locations=['mmhybrid.engine'])
+    'optimizer wrapper constructor', parent=upstream.OPTIM_WRAPPER_CONSTRUCTORS,
+    scope='mmhybrid', locations=['mmhybrid.engine'])
 
 
 def register_model(name=None):
@@ -37,7 +26,7 @@ def register_model(name=None):
 
     def _register(cls):
         MODELS.register_module(name=name, module=cls)
-        MMENGINE_MODELS.register_module(name=name, module=cls)
+        upstream.MODELS.register_module(name=name, module=cls)
         return cls
 
     return _register
