@@ -8,7 +8,6 @@ through :class:`AtomicLocalBackend` and removes outdated checkpoints only after
 the new one and ``last_checkpoint`` are written.
 """
 import contextlib
-import functools
 
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.hooks import CheckpointHook
@@ -41,17 +40,13 @@ class _DeferredRemovals:
         self._pending = []
 
     def __getattr__(self, name):
+        if name in ('remove', 'rmtree'):
+            return lambda path: self._pending.append((getattr(self._backend, name), path))
         return getattr(self._backend, name)
 
-    def remove(self, path):
-        self._pending.append(functools.partial(self._backend.remove, path))
-
-    def rmtree(self, path):
-        self._pending.append(functools.partial(self._backend.rmtree, path))
-
     def flush(self):
-        for action in self._pending:
-            action()
+        for action, path in self._pending:
+            action(path)
 
 
 @HOOKS.register_module()
