@@ -115,22 +115,6 @@ def error_line(err, width=200):
     return f'{type(err).__name__}: {(str(err).splitlines() or [""])[0][:width]}'
 
 
-def check_sizes(model, run, shapes, batch=2, seed=0):
-    """[(shape, relative error or the exception's message)] at each shape (the
-    model's own ``parity_error`` if it has one, else :func:`relative_error`)."""
-    error = getattr(model, 'parity_error', relative_error)
-    results = []
-    for shape in shapes:
-        x = torch.randn(batch, 3, *shape, generator=torch.Generator().manual_seed(seed))
-        with torch.no_grad():
-            refs = _as_tuple(model(x))
-        try:
-            results.append((tuple(shape), error(run(x), refs)))
-        except Exception as err:  # a graph that cannot run there is a failed check
-            results.append((tuple(shape), error_line(err)))
-    return results
-
-
 def compile_check(model, x, backward=False, backend='inductor'):
     """Relative error of ``torch.compile(model, fullgraph=True)`` against eager.
 
@@ -165,14 +149,6 @@ def compile_check(model, x, backward=False, backend='inductor'):
     return getattr(model, 'parity_error', relative_error)(results[1], results[0])
 
 
-def default_check_shapes(shape, stride=32):
-    """Three sizes other than ``shape`` on the ``stride`` grid, none smaller (a
-    torch.export program may hold from its export size up only: see
-    docs/deploy.md)."""
-    (H, W), s = shape, stride
-    return [(H + s, W + 2 * s), (H + 2 * s, W + s), (H + 3 * s, W)]
-
-
 def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
                      static=False, check_shapes=None, stride=32, tol=1e-4, batch=2):
     """Export, then check; returns (ok, report lines). A failed check deletes
@@ -180,8 +156,11 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
     reasons = refusals(model, fmt, exporter)
     if reasons:
         return False, ['refused: ' + r for r in reasons]
-    shapes = [tuple(shape)] if static else (check_shapes or
-                                            default_check_shapes(shape, stride))
+    # default: three sizes on the stride grid, none smaller (a torch.export program
+    # may hold from its export size up only: see docs/deploy.md)
+    (H, W), d = shape, stride
+    shapes = [tuple(shape)] if static else (check_shapes or [
+        (H + d, W + 2 * d), (H + 2 * d, W + d), (H + 3 * d, W)])
     check_batch = batch if static else batch + 1  # a graph frozen at its batch fails
     x = torch.randn(batch, 3, *shape)
     start = time.perf_counter()
@@ -200,11 +179,19 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
         lines.append('  input sizes the program accepts: ' + ', '.join(
             f'{s}: {r}' for s, r in program.range_constraints.items()))
     lines.append(f'  checked at batch {check_batch}:')
+    error = getattr(model, 'parity_error', relative_error)  # the model's own, if any
     ok = True
-    for size, err in check_sizes(model, run, shapes, check_batch):
+    for h, w in shapes:
+        x = torch.randn(check_batch, 3, h, w, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            refs = _as_tuple(model(x))
+        try:
+            err = error(run(x), refs)
+        except Exception as exc:  # a graph that cannot run there is a failed check
+            err = error_line(exc)
         good = isinstance(err, float) and err <= tol
         ok &= good
-        lines.append(f'  {size[0]}x{size[1]}: ' + (f'rel err {err:.1e}' if isinstance(
+        lines.append(f'  {h}x{w}: ' + (f'rel err {err:.1e}' if isinstance(
             err, float) else err) + ('' if good else f'  FAIL (tol {tol:g})'))
     if not ok:
         if path and osp.exists(path):
