@@ -19,18 +19,18 @@ import argparse
 import glob
 import logging
 import os.path as osp
+import sys
 
 import mmengine
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 from mmengine.logging import MMLogger
-from mmengine.registry import MODELS, init_default_scope
 
-import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.analysis import Complexity
-from mmhybrid.utils import register_scope
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, osp.join(REPO, 'tools', 'deploy'))
+from exportable import build  # noqa: E402  the tools' one model builder
 PLAIN_KINDS = {'matmul', 'conv', 'norm', 'resample'}
 
 
@@ -91,19 +91,6 @@ def parse_args(argv=None):
     return args
 
 
-def build_from_config(path, options=None):
-    cfg = Config.fromfile(path)
-    cfg.merge_from_dict(options or {})
-    register_scope(cfg.get('default_scope'))
-    init_default_scope(cfg.get('default_scope', 'mmengine'))
-    return MODELS.build(cfg.model)
-
-
-def build_backbone(backbone_type, arch, options=None):
-    return MODELS.build(dict(type=f'mmhybrid.{backbone_type}', arch=arch,
-                             **(options or {})))
-
-
 def measure(model, shape, device='cpu'):
     """Complexity of ``model`` (whole or a backbone) on one random ``shape`` image."""
     model = model.to(device).eval()
@@ -151,8 +138,8 @@ def report(root, complexity):
 
 def paper_row(entry, device='cpu'):
     """Our params, FLOPs and FLOPs without SDPA attention for a PAPER_FIGURES row."""
-    model = build_from_config(osp.join(REPO, entry['config']), entry['options'])
-    part = model.backbone if entry['part'] == 'backbone' else model
+    part = build(osp.join(REPO, entry['config']), part=entry['part'],
+                 cfg_options=entry['options'])
     complexity = measure(part, entry['shape'], device)
     kinds = complexity.kinds()
     total = sum(kinds.values())
@@ -183,8 +170,8 @@ def run_arch_tables(args):
     rows = []
     types = args.arch_tables or {e['type'] for e in ARCH_FIGURES}
     for e in [e for e in ARCH_FIGURES if e['type'] in types]:
-        complexity = measure(build_backbone(e['type'], e['arch'], e['options']),
-                             e['shape'], args.device)
+        model = build(e['type'], cfg_options=dict(e['options'], arch=e['arch']))
+        complexity = measure(model, e['shape'], args.device)
         rows.append(([e['model'], f"`{e['type']}(arch={e['arch']!r}"
                       + ''.join(f', {k}={v!r}' for k, v in e['options'].items()) + ')`',
                       '{}x{}'.format(*e['shape']), f'{complexity.params() / 1e6:.2f}'],
@@ -205,11 +192,11 @@ def main(argv=None):
             logger.setLevel(level)
     if args.arch is not None:
         for arch in args.arch[1:]:
-            model = build_backbone(args.arch[0], arch, args.cfg_options)
+            model = build(args.arch[0], cfg_options=dict(args.cfg_options or {}, arch=arch))
             print(f'\n{args.arch[0]} arch={arch!r}, input 1x3x{shape[0]}x{shape[1]}\n')
             print(report(model, measure(model, shape, args.device)))
         return
-    model = build_from_config(args.config, args.cfg_options)
+    model = build(args.config, part='model', cfg_options=args.cfg_options)
     root = model.backbone if args.backbone_only else model
     print(f'{"backbone of " if args.backbone_only else ""}{type(model).__name__} from '
           f'{args.config}, input 1x3x{shape[0]}x{shape[1]}, multiply-adds (fvcore '
