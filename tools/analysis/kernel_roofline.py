@@ -63,18 +63,12 @@ def tiles(launch):
     return programs
 
 
-def linear_layer(tokens, C, gpu):
-    bandwidth, _, _, flops = GPUS[gpu]
-    gemm = max(2 * tokens * C * C / flops, (2 * tokens * C + C * C) * 2 / bandwidth)
-    return 3 * gemm
-
-
 def rows_for(op, dtype, shape, label):
     launches = compile_check.op_launches(op, dtype, shape)
     tokens = shape[1] if op == 'bi_wkv' else shape[2]
     C = shape[2] if op == 'bi_wkv' else shape[1] * shape[3]
     out = []
-    for gpu, (bandwidth, sms, clock, _) in GPUS.items():
+    for gpu, (bandwidth, sms, clock, flops) in GPUS.items():
         total = 0.
         case = dict(gpu=gpu, op=op, dtype=str(dtype).split('.')[-1], stage=label,
                     shape='x'.join(map(str, shape)))
@@ -89,7 +83,8 @@ def rows_for(op, dtype, shape, label):
                             est_bandwidth_us=bw_s * 1e6, est_issue_us=issue_s * 1e6,
                             bound='issue' if issue_s > bw_s else 'bandwidth'))
         single = IO_TENSORS[op] * math.prod(shape) * dtype.itemsize / bandwidth
-        linear = linear_layer(tokens, C, gpu)
+        linear = 3 * max(2 * tokens * C * C / flops,  # 3 GEMMs: fwd, 2 bwd
+                         (2 * tokens * C + C * C) * 2 / bandwidth)
         out.append(dict(case, kernel='(op, fwd+bwd)', est_total_us=total * 1e6,
                         est_single_pass_us=single * 1e6, est_linear_bf16_us=linear * 1e6,
                         x_single_pass=total / single, x_linear=total / linear))
