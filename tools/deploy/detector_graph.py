@@ -261,9 +261,7 @@ def mmdet_detections(detector, x):
     rois = bbox2roi([res.bboxes for res in results])
     logits = detector.roi_head._mask_forward(feats, rois)['mask_preds']
     masks = x.new_zeros(B, K, *logits.shape[-2:])
-    start = 0
-    for b, res in enumerate(results):
-        n = len(res.scores)
-        masks[b, :n] = logits[start + torch.arange(n), res.labels].sigmoid()
-        start += n
+    for b, (res, logit) in enumerate(zip(results, logits.split(
+            [len(res.labels) for res in results]))):
+        masks[b, :len(logit)] = logit[torch.arange(len(logit)), res.labels].sigmoid()
     return dets, labels, masks
