@@ -42,19 +42,22 @@ def _cell(ok, lines):
 def row(name, shape, backend, tmp):
     cells = []
     for fmt, exporter in (('onnx', 'torchscript'), ('onnx', 'dynamo'),
-                          ('torch-export', 'torchscript'), ('compile', None)):
+                          ('torch-export', None)):
         try:
-            model = build_case(name)
-            if fmt != 'compile':
-                cells.append(_cell(*export_and_check(
-                    model, shape, osp.join(tmp, f'{name}.bin'), fmt, exporter)))
-                continue
-            backward = getattr(model, 'differentiable', True)  # not a detector's graph
-            err = compile_check(model, torch.randn(2, 3, *shape), backward, backend)
-            cells.append((f'ok {err:.0e}' if err < 1e-4 else f'differs {err:.0e}') +
-                         ('' if backward else ' (forward)'))
+            ok, lines = export_and_check(build_case(name), shape,
+                                         osp.join(tmp, f'{name}.bin'), fmt,
+                                         exporter or 'torchscript')
+            cells.append(_cell(ok, lines))
         except Exception as err:
             cells.append('fails: ' + error_line(err, 80))
+    try:
+        model = build_case(name)
+        backward = getattr(model, 'differentiable', True)  # not a detector's graph
+        err = compile_check(model, torch.randn(2, 3, *shape), backward, backend)
+        cells.append((f'ok {err:.0e}' if err < 1e-4 else f'differs {err:.0e}') +
+                     ('' if backward else ' (forward)'))
+    except Exception as err:
+        cells.append('fails: ' + error_line(err, 80))
     return cells
 
 
