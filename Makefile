@@ -10,5 +10,8 @@ setup:
 demo: setup
 	$(PY) tools/demo.py
 
+# two pytest workers (pytest-xdist) of one thread each, for CI's two cores: 16 min
+# serial, under 10 in parallel on a 2-core host (docs/benchmarks.md)
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -n $(TEST_WORKERS)

@@ -27,8 +27,9 @@ setup(
     install_requires=['mmengine>=0.10.0', 'numpy'],
     extras_require={
         # timm: source models of the weight-loading tests; onnx*: export tests
-        'tests': ['pytest', 'pytest-timeout', 'timm==1.0.31', 'onnx==1.23.2',
-                  'onnxruntime==1.31.1', 'onnxscript==0.7.2'],
+        # pytest-xdist: `make test` runs two workers
+        'tests': ['pytest', 'pytest-timeout', 'pytest-xdist==3.8.0', 'timm==1.0.31',
+                  'onnx==1.23.2', 'onnxruntime==1.31.1', 'onnxscript==0.7.2'],
         'deploy': ['onnx==1.23.2', 'onnxruntime==1.31.1', 'onnxscript==0.7.2'],
         'sd': ['diffusers==0.42.1', 'transformers==5.23.0'],
         # flash-attn: the 2.8 API and head-size limits that ops/attention encodes;
