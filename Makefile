@@ -11,7 +11,7 @@ demo: setup
 	$(PY) tools/demo.py
 
 # two pytest workers (pytest-xdist) of one thread each, for CI's two cores: 16 min
-# serial, under 10 in parallel on a 2-core host (docs/benchmarks.md)
+# serial, 9.5-10.5 with two workers on a 2-core host (docs/benchmarks.md)
 TEST_WORKERS ?= 2
 test: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -n $(TEST_WORKERS)
