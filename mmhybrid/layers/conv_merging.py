@@ -2,7 +2,7 @@
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
-from .mlp import map_to_tokens, tokens_to_map
+from mmhybrid.ops.streaming import map_to_tokens, tokens_to_map
 
 
 class ConvMerging(nn.Module):

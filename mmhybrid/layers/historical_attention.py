@@ -11,8 +11,7 @@ import torch.nn as nn
 
 from mmhybrid.ops import historical_attention
 from mmhybrid.ops.heads import acc_dtype
-from mmhybrid.ops.historical_attention.initial import normal_history
-from mmhybrid.ops.tracing import is_tracing
+from mmhybrid.ops.historical_attention.initial import fixed_history
 
 INITS = ('random', 'zero')
 
@@ -50,7 +49,6 @@ class HistoricalAttention(nn.Module):
         self.resample = resample
         self.seed = seed
         self.keep = True
-        self._fixed = None  # ((num_tokens, device, dtype), H_0) of the last call
 
     def extra_repr(self):
         return (f'alpha={self.alpha}, init={self.init!r}, '
@@ -63,21 +61,15 @@ class HistoricalAttention(nn.Module):
         The fixed ``H_0`` (1, heads, N, N) is
         :func:`~mmhybrid.ops.historical_attention.initial.normal_history` of
         ``seed``: standard normals that depend on (seed, head, i, j) only, the
-        same for every call, batch, device and exporter. Eager calls cache it for
-        the last shape; traced graphs compute it (one graph serves every N).
+        same for every call, batch, device and exporter (eager calls reuse it for
+        the last shape, traced graphs compute it).
         """
         if self.init == 'zero':
             return None
         if self.training and self.resample:
             return torch.randn(batch, self.num_heads, num_tokens, num_tokens,
                                device=device)
-        if is_tracing():
-            return normal_history(self.seed, self.num_heads, num_tokens, device, dtype)
-        key = (num_tokens, device, dtype)
-        if self._fixed is None or self._fixed[0] != key:
-            self._fixed = (key, normal_history(self.seed, self.num_heads, num_tokens,
-                                               device, dtype))
-        return self._fixed[1]
+        return fixed_history(self.seed, self.num_heads, num_tokens, device, dtype)
 
     def forward(self, q, k, v, history=None, scale=None, dropout_p=0.):
         """Returns ``(out, new_history)``; a ``history`` of another shape (or None)

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmhybrid.layers.mlp import Mlp, conv_in_bands
+from mmhybrid.layers.mlp import Mlp
+from mmhybrid.ops.streaming import conv_in_bands
 
 
 @pytest.mark.parametrize('hw, kernel, band', [((37, 23), 3, 50), ((5, 300), 3, 100),

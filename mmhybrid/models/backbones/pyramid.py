@@ -6,7 +6,7 @@ merge and the blocks, a fresh :class:`~mmhybrid.layers.MixerState` per stage
 import torch.nn as nn
 
 from mmhybrid.layers import MixerState
-from mmhybrid.layers.mlp import tokens_to_map
+from mmhybrid.ops.streaming import tokens_to_map
 from .base_backbone import BaseBackbone
 
 

@@ -12,7 +12,11 @@ import math
 
 import torch
 
+from ..tracing import is_tracing
+
 M32 = 1 << 32
+# the last fixed H_0 per (seed, heads) that an eager call asked for
+_FIXED = {}
 
 
 def _xor(a, b):
@@ -46,3 +50,15 @@ def normal_history(seed, heads, n, device=None, dtype=torch.float32):
     angle = hash32(x).double() * (2 * math.pi / M32)
     z = torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], -1)
     return z.flatten(-2)[..., :n].to(dtype)[None]
+
+
+def fixed_history(seed, heads, n, device=None, dtype=torch.float32):
+    """:func:`normal_history`, kept for eager calls (the last ``n``, device and
+    dtype per seed and heads: a model reuses one image size) and computed in
+    traced graphs (one graph then serves every ``n``)."""
+    if is_tracing():
+        return normal_history(seed, heads, n, device, dtype)
+    key, shape = (seed, heads), (n, device, dtype)
+    if key not in _FIXED or _FIXED[key][0] != shape:
+        _FIXED[key] = (shape, normal_history(seed, heads, n, device, dtype))
+    return _FIXED[key][1]
