@@ -7,12 +7,18 @@ Two OpenMMLab habits are supported from any caller scope (mmseg, mmdet, mmpretra
   ``custom_imports`` is needed.
 * ``type='SoLAVision'`` after ``custom_imports=dict(imports=['mmhybrid'])``: public
   models are also put in mmengine's root registry, which every scope searches last.
+
+:data:`MIXERS` holds the token mixers every backbone builds its layers from, by
+name (``'wkv'``, ``'softmax'``, ...); a mixer registered from a user's own file
+stands in any backbone's ``mixers=`` (docs/contributing.md).
 """
 from mmengine import registry as upstream
 from mmengine.registry import Registry
 
 MODELS = Registry('model', parent=upstream.MODELS, scope='mmhybrid',
                   locations=['mmhybrid.models'])
+MIXERS = Registry('token mixer', scope='mmhybrid',
+                  locations=['mmhybrid.layers.mixers'])
 # configs name them ``type='mmhybrid.AtomicCheckpointHook'``
 HOOKS = Registry('hook', parent=upstream.HOOKS, scope='mmhybrid',
                  locations=['mmhybrid.engine'])

@@ -3,8 +3,9 @@
 recurrences, masked tiles). Each counts the math of the method's equation,
 whatever backend runs it; everything else is counted from the ops that run.
 """
-from mmhybrid.layers import (BidirectionalGatedDeltaNet, HistoricalAttention,
-                             SlidingWindowAttention, SpatialMix)
+from mmhybrid.layers import HistoricalAttention
+from mmhybrid.layers.mixers import (BidirectionalGatedDeltaNet, SlidingWindowAttention,
+                                    SpatialMix)
 from .flop_counter import register_flops
 
 # a_t = e^{-w} a_{t-1} + e^{k} v and b_t = e^{-w} b_{t-1} + e^{k} in each direction

@@ -3,6 +3,7 @@ from typing import NamedTuple, Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.drop import DropPath
 
@@ -41,11 +42,16 @@ class Block(nn.Module):
         layer_scale_init_value (float, optional): LayerScale (CaiT) on both
             branches; None disables it.
         norm_cfg (dict): the two pre-norms.
+        extra_tokens (int): tokens before the ``H*W`` map (a class token). A
+            mixer whose ``reads_grid`` is True (the default: it reads the tokens
+            as the map) mixes the map tokens only; the extra ones pass its branch
+            unchanged (a zero mixer output).
     """
 
     def __init__(self, dims, mixer, mlp, drop_path=0., layer_scale_init_value=None,
-                 norm_cfg=dict(type='LN')):
+                 norm_cfg=dict(type='LN'), extra_tokens=0):
         super().__init__()
+        self.extra_tokens = extra_tokens if getattr(mixer, 'reads_grid', True) else 0
         self.norm1 = build_norm_layer(norm_cfg, dims)[1]
         self.attn = mixer
         self.ls1 = LayerScale(dims, layer_scale_init_value)
@@ -54,8 +60,14 @@ class Block(nn.Module):
         self.ls2 = LayerScale(dims, layer_scale_init_value)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
+    def mix(self, x, hw_shape, state):
+        if not self.extra_tokens:
+            return self.attn(x, hw_shape, state)
+        out, state = self.attn(x[:, self.extra_tokens:], hw_shape, state)
+        return F.pad(out, (0, 0, self.extra_tokens, 0)), state
+
     def forward(self, x, hw_shape, state=MixerState()):
-        out, state = self.attn(self.norm1(x), hw_shape, state)
+        out, state = self.mix(self.norm1(x), hw_shape, state)
         x = x + self.drop_path(self.ls1(out))
         x = x + self.drop_path(self.ls2(self.ffn(self.norm2(x), hw_shape)))
         return x, state

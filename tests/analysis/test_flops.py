@@ -20,8 +20,9 @@ from mmhybrid.analysis import (Complexity, count_flops, delta_rule_macs,
                                historical_attention_macs, register_flops,
                                sliding_window_macs, wkv_macs)
 from mmhybrid.analysis.flop_counter import FLOP_FORMULAS
-from mmhybrid.layers import (BidirectionalGatedDeltaNet, HistoricalAttention,
-                             SlidingWindowAttention, SpatialMix)
+from mmhybrid.layers import HistoricalAttention
+from mmhybrid.layers.mixers import (BidirectionalGatedDeltaNet, SlidingWindowAttention,
+                                    SpatialMix)
 from mmhybrid.models.backbones import HAViT, SoLAVision
 from mmhybrid.ops import (bipartite_soft_matching, block_attention, effatt,
                           gated_delta_rule, linear_infsa, pure_infsa,

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import mmhybrid
-from mmhybrid.layers import (Block, ConvMlp, MixerState, Mlp, SoftmaxAttention,
-                             SpatialMix)
+from mmhybrid.layers import Block, ConvMlp, MixerState, Mlp
+from mmhybrid.layers.mixers import SoftmaxAttention, SpatialMix
 from mmhybrid.models.backbones import BACKBONES, HAViT, SoLAVision
 
 

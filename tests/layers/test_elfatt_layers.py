@@ -4,31 +4,41 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmhybrid.layers import (CrossShapedWindowAttention, ELFATTAttention,
-                             ShiftedWindowAttention, SoftmaxAttention,
-                             parse_attention_plan, split_elfatt_heads)
+from mmhybrid.layers import parse_mixers
+from mmhybrid.layers.mixers import (CrossShapedWindowAttention, ELFATTAttention,
+                                    ShiftedWindowAttention, SoftmaxAttention,
+                                    split_elfatt_heads)
+from mmhybrid.models.backbones.hierarchical_attention import elfatt_plan
 from mmhybrid.ops.elfatt import naive_block_attention, naive_effatt
 
 
 # ----------------------------------------------------------------- plans
+SWIN_LOCAL = ('shifted_window', ) * 4
+
+
+def plan(attn, depths=(2, 2, 6, 2)):
+    return parse_mixers(elfatt_plan(attn, SWIN_LOCAL), list(depths), 'SwinELFATT')
+
+
 def test_presets_and_compact_plans():
-    depths = [2, 2, 6, 2]
-    assert parse_attention_plan('elfatt', depths) == [
-        ['elfatt'] * 2, ['elfatt'] * 2, ['global', 'elfatt'] * 3, ['global'] * 2]
-    assert parse_attention_plan('local', depths) == [['local'] * d for d in depths]
-    assert parse_attention_plan('effatt', depths)[2] == ['global', 'effatt'] * 3
-    assert parse_attention_plan('E, G, GE ,L', depths) == parse_attention_plan(
-        ['elfatt', 'global', ['global', 'elfatt'], 'local'], depths)
+    assert plan('elfatt') == [
+        ['elfatt'] * 2, ['elfatt'] * 2, ['softmax', 'elfatt'] * 3, ['softmax'] * 2]
+    assert plan('local') == [['shifted_window'] * d for d in (2, 2, 6, 2)]
+    assert plan('effatt')[2] == ['softmax', 'effatt'] * 3
+    assert plan('E, G, GE ,L') == plan(['elfatt', 'global', ['global', 'elfatt'],
+                                        'local'])
     # Table 6 rows: ELFATT in levels 1 / 1-2 / 1-3 / all.
-    assert parse_attention_plan('E,G,G,G', depths)[1] == ['global'] * 2
-    assert parse_attention_plan('E,E,E,E', depths)[3] == ['elfatt'] * 2
+    assert plan('E,G,G,G')[1] == ['softmax'] * 2
+    assert plan('E,E,E,E')[3] == ['elfatt'] * 2
+    # the same plans in the one grammar
+    assert plan('elfatt') == parse_mixers('E/E/SE/S', [2, 2, 6, 2], 'SwinELFATT')
 
 
-@pytest.mark.parametrize('plan', ['E,E,GE', 'E,E,GX,G', ['elfatt', 'bogus', 'G', 'G'],
+@pytest.mark.parametrize('attn', ['E,E,GE', 'E,E,GX,G', ['elfatt', 'bogus', 'G', 'G'],
                                   'nonsense'])
-def test_bad_plans_raise(plan):
-    with pytest.raises(ValueError):
-        parse_attention_plan(plan, [1, 1, 2, 1])
+def test_bad_plans_raise(attn):
+    with pytest.raises(ValueError, match='unknown attention plan'):
+        plan(attn, [1, 1, 2, 1])
 
 
 def test_head_split_follows_eq8_and_eq9():

@@ -1,7 +1,7 @@
 """SoLA's WKV layer MLP (ChannelMix) against its formula, across token slices."""
 import torch
 
-from mmhybrid.layers import ChannelMix
+from mmhybrid.layers.mixers import ChannelMix
 from mmhybrid.layers.mixers import wkv
 from mmhybrid.ops import quad_token_shift
 

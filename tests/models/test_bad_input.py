@@ -63,35 +63,36 @@ def test_upstream_arch_aliases(zoo, alias, key):
 
 
 def test_arch_dict_missing_keys():
-    with raises(ValueError, "lacks ['schedule']", 'embed_dims, schedule'):
+    with raises(ValueError, "lacks ['mixers']", 'embed_dims, mixers'):
         SoLAVision(arch=dict(embed_dims=(8, 8, 8, 8)))
 
 
-def test_unknown_schedule_letter():
-    with raises(ValueError, "unknown layer letters ['X'] in stage 2",
-                "'L' (WKV linear)", "'S' (global softmax)"):
-        SoLAVision(schedule='LL/LX/LLSLLS/LS')
+def test_unknown_mixer_letter_lists_the_registered_mixers():
+    with raises(KeyError, "unknown mixer 'Q' in stage 2", "'wkv' (L)", "'softmax' (S)",
+                "'gated_deltanet' (G)", 'docs/contributing.md'):
+        SoLAVision(mixers='LL/LQ/LLSLLS/LS')
 
 
 def test_unknown_attention_plan_names_presets_and_letters():
     with raises(ValueError, "unknown attention plan 'foo'", "'elfatt'", "'local'",
-                'one pattern per stage (4)', "'E,E,GE,G'", 'E elfatt', 'L local'):
+                'one pattern per stage (4)', "'E,E,GE,G'", 'E ELFATT', 'L local',
+                'mixers='):
         tiny(SwinELFATT, attn='foo')
-    with raises(ValueError, "unknown attention pattern 'GX'", "'E', 'F', 'G', 'L'"):
+    with raises(ValueError, "unknown attention plan 'E,E,GX,G'", 'G global softmax'):
         tiny(CSWin, attn='E,E,GX,G')
 
 
 @pytest.mark.parametrize('make,fragments', [
-    (lambda: SoLAVision(schedule='LL/LL/LLSLLS'),
-     ['has 3 stages, expected 4', "separated by '/'"]),
+    (lambda: SoLAVision(mixers='LL/LL/LLSLLS'),
+     ['has 3 stages, the backbone has 4', "'/' between stages"]),
     (lambda: tiny(SwinELFATT, attn='E,E,G'),
-     ["attention plan 'E,E,G' has 3 stages, the backbone has 4", "'E,E,GE,G'"]),
+     ["unknown attention plan 'E,E,G'", 'one pattern per stage (4)']),
     (lambda: tiny(SwinELFATT, depths=(2, 2, 6)),
      ['SwinELFATT: depths needs one entry per stage (4), got (2, 2, 6)']),
     (lambda: tiny(CSWin, num_heads=(1, 2, 4, 8, 16)),
      ['CSWin: num_heads needs one entry per stage (4)']),
     (lambda: tiny(InfViT, attn_types='PLP'),
-     ["attn_types 'PLP'", "'P' (pure)", 'one letter for all layers or 2 letters']),
+     ["stage 1 of InfViT mixers=", 'names 3 layers, the stage has 2']),
 ])
 def test_wrong_layer_or_stage_count(make, fragments):
     with raises(ValueError, *fragments):

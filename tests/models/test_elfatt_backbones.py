@@ -7,8 +7,10 @@ import torch
 from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
-from mmhybrid.layers import (ConvMerging, CrossShapedWindowAttention, ELFATTAttention,
-                             PatchMerging, ShiftedWindowAttention, SoftmaxAttention)
+from mmhybrid.layers import ConvMerging, PatchMerging
+from mmhybrid.layers.mixers import (CrossShapedWindowAttention, EFFATTAttention,
+                                    ELFATTAttention, ShiftedWindowAttention,
+                                    SoftmaxAttention)
 from mmhybrid.models.backbones import CSWin, SwinELFATT
 from mmhybrid.utils import register_scope
 
@@ -91,7 +93,8 @@ def test_table_4_to_7_variants_by_config():
     mixed = tiny(SwinELFATT, attn=['local', 'GE', ['effatt', 'local'], 'E'])
     kinds = attn_types(mixed)
     assert kinds[0] == [ShiftedWindowAttention] * 2
-    assert kinds[2] == [ELFATTAttention, ShiftedWindowAttention]
+    assert kinds[2] == [EFFATTAttention, ShiftedWindowAttention]
+    assert mixed.mixers[2] == ['effatt', 'shifted_window']
 
 
 # Table 1: ImageNet classifiers (backbone + 1000-class linear head), millions:
@@ -208,7 +211,7 @@ def test_autocast_bfloat16():
 def test_errors():
     with pytest.raises(ValueError, match='strides'):
         SwinELFATT(arch='t', strides=(4, 2, 1, 2))
-    with pytest.raises(ValueError, match='3 stages'):
+    with pytest.raises(ValueError, match='one pattern per stage'):
         CSWin(arch='t', attn='E,E,G')
     with pytest.raises(ValueError, match='out_indices'):
         CSWin(arch='t', out_indices=(4, ))

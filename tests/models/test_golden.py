@@ -47,7 +47,7 @@ _case('sola-t-ls-keynorm', dict(type='SoLAVision', arch='t', key_norm=True,
                                 layer_scale_init_value=0.1, out_indices=(1, 3)))
 _case('sola-t-gdn-w', dict(type='SoLAVision', arch='t-gdn',
                            schedule='WG/GG/GGSWGS/WS', window_size=(3, 5, 3, 3),
-                           layer_cfg=dict(G=dict(expand_v=2))), True)
+                           mixer_cfg=dict(G=dict(expand_v=2))), True)
 for _arch in ('t', 'b'):
     _case(f'infinitevl-{_arch}', dict(type='InfiniteVLVision', arch=_arch))
 for _family in ('SwinELFATT', 'CSWin'):

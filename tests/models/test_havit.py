@@ -4,7 +4,8 @@ import torch
 from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
-from mmhybrid.layers import HistoricalAttention, MixerState, SoftmaxAttention
+from mmhybrid.layers import HistoricalAttention, MixerState
+from mmhybrid.layers.mixers import SoftmaxAttention
 from mmhybrid.models.backbones import HAViT, InfViT, SoLAVision, SwinELFATT
 from mmhybrid.ops.historical_attention import naive_historical_attention
 from mmhybrid.utils import register_scope
@@ -218,11 +219,11 @@ def test_bf16_autocast_train_step():
 def test_backbone_errors():
     with pytest.raises(ValueError, match='needs softmax layers'):
         SoLAVision(arch=SOLA, schedule='LL/LL/LLLL/LL', history=HISTORY)
-    with pytest.raises(ValueError, match='needs global blocks'):
+    with pytest.raises(ValueError, match='needs softmax blocks'):
         SwinELFATT(arch=SWIN, attn='local', history=HISTORY)
     with pytest.raises(ValueError, match='needs softmax layers'):
         InfViT(arch=dict(VIT, attn_types='L'), history=HISTORY)
-    with pytest.raises(TypeError, match='all softmax'):
+    with pytest.raises(TypeError, match="attn_types is InfViT's spelling"):
         HAViT(arch=VIT, attn_types='L')
     with pytest.raises(ValueError, match='cls_token'):
         HAViT(arch=VIT, with_cls_token=False)

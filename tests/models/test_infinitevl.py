@@ -1,17 +1,17 @@
-"""G (bidirectional Gated DeltaNet) and W (sliding-window) layers, the schedule
-vocabulary of the hybrid backbone, and the InfiniteVL-style backbone."""
+"""G (bidirectional Gated DeltaNet) and W (sliding-window) layers, the layouts
+of the hybrid backbone, and the InfiniteVL-style backbone."""
 import functools
 
 import pytest
 import torch
 
 import mmhybrid  # noqa: F401
-from mmhybrid.layers import (BidirectionalGatedDeltaNet, HiddenStateBridge,
-                             MixerState, SlidingWindowAttention, SoftmaxAttention,
-                             SpatialMix)
+from mmhybrid.layers import Block, ConvMlp, HiddenStateBridge, MixerState, build_mixer
+from mmhybrid.layers.mixer_layout import letters_of
+from mmhybrid.layers.mixers import (BidirectionalGatedDeltaNet, SlidingWindowAttention,
+                                    SoftmaxAttention, SpatialMix)
 from mmhybrid.models.backbones import InfiniteVLVision, SoLAVision
 from mmhybrid.models.backbones.infinitevl_vision import block_schedule
-from mmhybrid.models.backbones.sola_vision import build_layer
 from mmhybrid.registry import MODELS
 
 DIMS = (16, 16, 32, 32)
@@ -26,6 +26,14 @@ def count(model):
 
 def letters(model):
     return '/'.join(''.join(KINDS[type(m.attn)] for m in s) for s in model.stages)
+
+
+def build_layer(name, dims, num_heads, drop_path=0., layer_scale_init_value=None,
+                **options):
+    """A SoLA layer of mixer ``name`` (conv MLP) with the mixer's ``options``."""
+    return Block(dims, build_mixer(name, dims, num_heads, options=options),
+                 ConvMlp(dims), drop_path=drop_path,
+                 layer_scale_init_value=layer_scale_init_value)
 
 
 def tiny(cls=SoLAVision, schedule='GG/WG/GGSWGS/GS', **kwargs):
@@ -75,7 +83,7 @@ def test_gdn_mixer_float64_runs_in_float64():
 
 
 def test_gdn_layer_shapes_conv_and_expand():
-    layer = build_layer('G', 24, 3, expand_v=2, drop_path=0.1,
+    layer = build_layer('gated_deltanet', 24, 3, expand_v=2, drop_path=0.1,
                         layer_scale_init_value=1e-5)
     x = torch.randn(2, 5 * 9, 24, requires_grad=True)
     y, state = layer(x, (5, 9))
@@ -87,9 +95,9 @@ def test_gdn_layer_shapes_conv_and_expand():
     assert not any('bias' in n for n, _ in layer.attn.named_parameters()
                    if n != 'dt_bias')  # no projection bias (InfiniteVL)
     with pytest.raises(ValueError, match='divisible'):
-        build_layer('G', 24, 5)
+        build_layer('gated_deltanet', 24, 5)
     with pytest.raises(ValueError, match='conv_size'):
-        build_layer('G', 24, 3, conv_size=4)
+        build_layer('gated_deltanet', 24, 3, conv_size=4)
 
 
 def test_gdn_decay_parameterisation():
@@ -110,15 +118,15 @@ def test_sliding_window_layer_is_local():
     expected = torch.zeros(6, 8, dtype=torch.bool)
     expected[2:5, 3:6] = True
     assert torch.equal(seen, expected)
-    layer = build_layer('W', 16, 2, window_size=(3, 5))
+    layer = build_layer('sliding_window', 16, 2, window_size=(3, 5))
     assert layer(torch.randn(2, 7 * 3, 16), (7, 3))[0].shape == (2, 21, 16)
     with pytest.raises(ValueError, match='odd'):
-        build_layer('W', 16, 2, window_size=4)
+        build_layer('sliding_window', 16, 2, window_size=4)
 
 
 def test_schedule_vocabulary_and_bridge_from_g():
     model = tiny(hsb_routes=ROUTES)
-    assert letters(model) == model.schedule == 'GG/WG/GGSWGS/GS'
+    assert letters(model) == letters_of(model.mixers) == 'GG/WG/GGSWGS/GS'
     assert model.stages[1][0].attn.window_size == (3, 3)
     # the (1, 2) 'G' layer's read-out feeds the bridge into (3, 3)
     seen = {}
@@ -141,25 +149,25 @@ def test_schedule_vocabulary_and_bridge_from_g():
 
 def test_bridge_width_follows_expanded_gdn_values():
     model = tiny(schedule='GG/GG/GGSGGS/GS', hsb_routes=ROUTES,
-                 layer_cfg=dict(G=dict(expand_v=2)))
+                 mixer_cfg=dict(G=dict(expand_v=2)))
     assert model.bridges['3_3'].proj.in_features == 2 * DIMS[0]
     model(torch.randn(1, 3, 32, 32))
 
 
 def test_schedule_errors():
-    with pytest.raises(ValueError, match=r"unknown layer letters \['X'\].*'G'"):
-        tiny(schedule='GG/GX/GG/GS')
+    with pytest.raises(KeyError, match=r"unknown mixer 'Q' in stage 2.*'wkv' \(L\)"):
+        tiny(schedule='GG/GQ/GG/GS')
     with pytest.raises(ValueError, match='3 stages'):
         tiny(schedule='GG/GW/GS')
     with pytest.raises(ValueError, match='stage 2 .* has no layer'):
         tiny(schedule='GG//GS/GS')
-    with pytest.raises(ValueError, match="source \\(2, 1\\) must be an 'L' or "
-                                         "'G' layer, not 'W'"):
+    with pytest.raises(ValueError, match="source \\(2, 1\\) must be a layer whose "
+                                         "mixer carries a hidden state"):
         tiny(hsb_routes=[((2, 1), (3, 3))])
-    with pytest.raises(ValueError, match="target \\(3, 2\\) must be an 'S' "
-                                         "layer, not 'G'"):
+    with pytest.raises(ValueError, match="target \\(3, 2\\) must be a 'softmax' "
+                                         "layer, not BidirectionalGatedDeltaNet"):
         tiny(hsb_routes=[((1, 2), (3, 2))])
-    with pytest.raises(ValueError, match='outside the schedule'):
+    with pytest.raises(ValueError, match='outside the layers'):
         tiny(hsb_routes=[((2, 3), (3, 3))])
     with pytest.raises(ValueError, match='deeper'):
         tiny(schedule='GG/GG/GSGS/GS', hsb_routes=[((3, 3), (3, 2))])
@@ -167,10 +175,10 @@ def test_schedule_errors():
         tiny(window_size=(3, 3, 3))
     with pytest.raises(ValueError, match='odd'):
         tiny(window_size=(3, 3, 4, 3))
-    with pytest.raises(ValueError, match=r'layer_cfg .*\[.Q.\]'):
-        tiny(layer_cfg=dict(Q=dict()))
-    with pytest.raises(ValueError, match=r"layer_cfg\['S'\] has \['expand_v'\]"):
-        tiny(layer_cfg=dict(S=dict(expand_v=2)))
+    with pytest.raises(KeyError, match="mixer_cfg names unknown mixer 'Q'"):
+        tiny(mixer_cfg=dict(Q=dict()))
+    with pytest.raises(ValueError, match=r"mixer_cfg\['S'\] has \['expand_v'\]"):
+        tiny(mixer_cfg=dict(S=dict(expand_v=2)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -183,7 +191,7 @@ def test_gdn_variants_of_sola():
     for arch in ('t', 'b'):
         sola = full_size(SoLAVision, arch)
         gdn = full_size(SoLAVision, f'{arch}-gdn')
-        assert gdn.schedule == sola.schedule.replace('L', 'G')
+        assert letters_of(gdn.mixers) == letters_of(sola.mixers).replace('L', 'G')
         assert gdn.hsb_routes == sola.hsb_routes and len(gdn.bridges) > 0
         # a 'G' layer costs what an 'L' layer does (13 C^2 + small terms)
         assert abs(count(gdn) / count(sola) - 1) < 0.02, (arch, count(gdn))
@@ -195,8 +203,8 @@ def test_infinitevl_archs():
                                         arch='t')), InfiniteVLVision)
     for arch in ('t', 'b'):
         model, sola = full_size(InfiniteVLVision, arch), full_size(SoLAVision, arch)
-        stages = model.schedule.split('/')
-        assert [len(s) for s in stages] == [len(s) for s in sola.schedule.split('/')]
+        stages = letters_of(model.mixers).split('/')
+        assert [len(s) for s in stages] == [len(s) for s in sola.mixers]
         flat = ''.join(stages)  # InfiniteVL's hybrid block, SWA first, repeated
         assert flat == ('WGGG' * len(flat))[:len(flat)]
         assert len(model.bridges) == 0

@@ -7,7 +7,7 @@ import torch
 from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
-from mmhybrid.layers import InfSAttention
+from mmhybrid.layers.mixers import InfSAttention
 from mmhybrid.models.backbones import InfViT
 from mmhybrid.models.backbones.infvit import ARCH_ZOO
 from mmhybrid.ops.infsa import naive_linear_infsa, naive_pure_infsa
@@ -145,7 +145,7 @@ def test_linear_layers_build_no_token_by_token_matrix():
 
 def test_mixed_and_softmax_layers():
     model = tiny(attn_types=['softmax', 'linear', 'pure'])
-    assert model.attn_types == 'SLP'
+    assert model.mixers == [['softmax', 'linear_infsa', 'pure_infsa']]
     assert [getattr(layer.attn, 'variant', 'softmax') for layer in model.layers] == [
         'softmax', 'linear', 'pure']
     assert [layer.attn.depth for layer in model.layers[1:]] == [2, 3]

@@ -10,7 +10,9 @@ from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
 from mmhybrid.analysis import count_flops
-from mmhybrid.layers import HiddenStateBridge, SoftmaxAttention, SpatialMix
+from mmhybrid.layers.mixer_layout import letters_of
+from mmhybrid.layers import HiddenStateBridge
+from mmhybrid.layers.mixers import SoftmaxAttention, SpatialMix
 from mmhybrid.layers.hidden_state_bridge import equidistant_sample
 from mmhybrid.models.backbones import SoLAVision
 from mmhybrid.registry import MODELS
@@ -81,7 +83,7 @@ def test_schedules_and_routes_of_table7():
         for key in model.bridges:  # every bridge ends at a softmax layer
             s, l = map(int, key.split('_'))
             assert isinstance(model.stages[s - 1][l - 1].attn, SoftmaxAttention)
-    assert paper_arch('b').schedule == 'LL/LL/LLLSLLSLLSLLSLLS/LS'
+    assert letters_of(paper_arch('b').mixers) == 'LL/LL/LLLSLLSLLSLLSLLS/LS'
 
 
 @pytest.mark.parametrize('hw', [(64, 64), (97, 131), (33, 40), (224, 160)])
@@ -158,13 +160,13 @@ def test_custom_schedule_and_errors():
     kinds = [[type(m.attn).__name__ for m in s] for s in model.stages]
     L, S = 'SpatialMix', 'SoftmaxAttention'
     assert kinds == [[L, S], [S, L], [S, S, S], [L]]
-    with pytest.raises(ValueError, match='unknown layer letters'):
-        SoLAVision(arch=TINY, schedule='LL/LX/LL/LS')
+    with pytest.raises(KeyError, match="unknown mixer 'Q'"):
+        SoLAVision(arch=TINY, schedule='LL/LQ/LL/LS')
     with pytest.raises(ValueError, match='3 stages'):
         SoLAVision(arch=TINY, schedule='LL/LL/LS')
-    with pytest.raises(ValueError, match="must be an 'S'"):
+    with pytest.raises(ValueError, match="must be a 'softmax' layer"):
         SoLAVision(arch=TINY, hsb_routes=[((1, 2), (3, 1))])
-    with pytest.raises(ValueError, match='outside the schedule'):
+    with pytest.raises(ValueError, match='outside the layers'):
         SoLAVision(arch=TINY, hsb_routes=[((1, 3), (3, 3))])
     with pytest.raises(KeyError, match='unknown SoLAVision arch'):
         SoLAVision(arch='xl')

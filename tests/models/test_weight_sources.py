@@ -522,8 +522,8 @@ def test_swin_weights_into_every_attention_plan(plan, tmp_path, reports):
     model = pretrained(SwinELFATT, path, arch=SWIN, attn=plan, window_size=4,
                        block_sizes=(4, 4, 16, 4), downsample='linear')
     line, = reports
-    non_local = [f'stages.{i}.blocks.{j}.attn.' for i, stage in enumerate(model.plan)
-                 for j, kind in enumerate(stage) if kind != 'local']
+    non_local = [f'stages.{i}.blocks.{j}.attn.' for i, stage in enumerate(model.mixers)
+                 for j, kind in enumerate(stage) if kind != 'shifted_window']
     missing = {p + 'lepe.' + w for p in non_local for w in ('weight', 'bias')}
     missing |= {f'norm{i}.{w}' for i in range(3) for w in ('weight', 'bias')}
     unexpected = {p + 'relative_position_bias_table' for p in non_local}

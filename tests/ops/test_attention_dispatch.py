@@ -70,8 +70,8 @@ def test_forcing_flash_on_cpu_raises_a_clear_error(monkeypatch):
 
 def test_every_exact_attention_goes_through_the_dispatch(monkeypatch):
     """Forcing an unusable backend makes each caller raise: none calls SDPA directly."""
-    from mmhybrid.layers import (CrossShapedWindowAttention, ELFATTAttention,
-                                 SoftmaxAttention)
+    from mmhybrid.layers.mixers import (CrossShapedWindowAttention, ELFATTAttention,
+                                        SoftmaxAttention)
 
     x = torch.randn(1, 16, 8)
     q, k, v = qkv(1, 2, 16, 4)
@@ -94,7 +94,7 @@ def test_every_exact_attention_goes_through_the_dispatch(monkeypatch):
 
 def test_padded_cswin_stripes_keep_the_masked_path(monkeypatch):
     """A padded stripe needs its mask: SDPA with attn_mask, never the flash path."""
-    from mmhybrid.layers import CrossShapedWindowAttention
+    from mmhybrid.layers.mixers import CrossShapedWindowAttention
     monkeypatch.setenv(ENV, 'flash')
     CrossShapedWindowAttention(8, 2, split_size=3)(torch.randn(1, 16, 8), (4, 4))
 

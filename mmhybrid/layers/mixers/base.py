@@ -2,8 +2,9 @@
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mmhybrid.ops.streaming import map_to_tokens, tokens_to_map
+
 from ..block import MixerState
-from ..mlp import map_to_tokens, tokens_to_map
 
 
 def to_heads(x, num_heads):

@@ -3,9 +3,11 @@ import torch
 
 from mmhybrid.ops.windows import (window_attention, window_mask, window_partition,
                                   window_reverse)
+from mmhybrid.registry import MIXERS
 from .base import AttentionMixer, conv_in_windows
 
 
+@MIXERS.register_module(name='cross_shaped_window')
 class CrossShapedWindowAttention(AttentionMixer):
     """CSWin's cross-shaped window attention (Dong et al. 2022).
 
@@ -14,6 +16,8 @@ class CrossShapedWindowAttention(AttentionMixer):
     (``split_size`` high, full width). LePE is applied inside each stripe, as in
     CSWin. Padding to a multiple of ``split_size`` is masked out.
     """
+    letter = 'X'
+    test_options = dict(split_size=2)
 
     def __init__(self, dims, num_heads, split_size=7, lepe=True, **kwargs):
         super().__init__(dims, num_heads, lepe=lepe, **kwargs)

@@ -3,6 +3,7 @@ import torch
 
 from mmhybrid.ops import block_attention, effatt
 from mmhybrid.ops.elfatt import block_window, map_windows, window_block_attention
+from mmhybrid.registry import MIXERS
 from .base import AttentionMixer, conv_in_windows, from_heads, to_heads
 
 
@@ -37,6 +38,7 @@ def split_elfatt_heads(dims, num_heads, global_ratio):
     return tuple(parts)
 
 
+@MIXERS.register_module(name='elfatt')
 class ELFATTAttention(AttentionMixer):
     r"""Efficient linear fast attention (Eq. 10-11).
 
@@ -63,6 +65,8 @@ class ELFATTAttention(AttentionMixer):
         lepe (bool): the LePE terms of Eq. 10-11.
         **kwargs: see :class:`AttentionMixer`.
     """
+    letter = 'E'
+    test_options = dict(block_size=8)
 
     def __init__(self, dims, num_heads, block_size=49, global_ratio=0.5,
                  block_layout='2d', lepe=True, **kwargs):
@@ -112,3 +116,17 @@ class ELFATTAttention(AttentionMixer):
         return (f'global_heads={self.global_heads}, local_heads={self.local_heads}, '
                 f'global_channels={self.global_channels}, block_size={self.block_size}, '
                 f'block_layout={self.block_layout!r}')
+
+
+@MIXERS.register_module(name='effatt')
+class EFFATTAttention(ELFATTAttention):
+    """EFFATT: ELFATT with every channel in the global linear head (Table 7's
+    ``c1 = c``, the Table 1 EFFATT rows); ELFATT's arguments but
+    ``global_ratio``."""
+    letter = 'F'
+
+    def __init__(self, dims, num_heads, block_size=49, block_layout='2d', lepe=True,
+                 qkv_bias=True, qk_scale=None, attn_drop=0., proj_drop=0.):
+        super().__init__(dims, num_heads, block_size, 1., block_layout, lepe,
+                         qkv_bias=qkv_bias, qk_scale=qk_scale, attn_drop=attn_drop,
+                         proj_drop=proj_drop)

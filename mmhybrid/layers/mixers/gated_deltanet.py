@@ -16,10 +16,12 @@ import torch.nn.functional as F
 
 from mmhybrid.ops import gated_delta_rule
 from mmhybrid.ops.heads import acc_dtype
+from mmhybrid.ops.streaming import conv_in_bands
+from mmhybrid.registry import MIXERS
 from ..block import MixerState
-from ..mlp import conv_in_bands
 
 
+@MIXERS.register_module(name='gated_deltanet')
 class BidirectionalGatedDeltaNet(nn.Module):
     """Gated DeltaNet token mixer with a forward and a backward scan.
 
@@ -33,6 +35,7 @@ class BidirectionalGatedDeltaNet(nn.Module):
     two scans before the norm and the output gate, the per-token hidden state a
     Hidden State Bridge samples.
     """
+    letter = 'G'
 
     def __init__(self, dims, num_heads, expand_v=1., conv_size=3):
         super().__init__()

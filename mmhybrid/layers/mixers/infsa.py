@@ -28,8 +28,9 @@ import torch.nn as nn
 
 from mmhybrid.ops import pure_infsa
 from mmhybrid.ops.infsa import linear_infsa_context
+from mmhybrid.ops.streaming import map_to_tokens, tokens_to_map
+from mmhybrid.registry import MIXERS
 from ..block import MixerState
-from ..mlp import map_to_tokens, tokens_to_map
 from .base import from_heads, to_heads
 
 
@@ -52,6 +53,7 @@ class InfSAttention(nn.Module):
     linear layer without local path (the same context for every token; it
     broadcasts in the residual add).
     """
+    reads_grid = False  # the class token takes part; LePE skips it
 
     def __init__(self, dims, num_heads, variant='pure', tie_qk=None,
                  qkv_bias=True, gamma_init=0.7, depth=1, discount='layer',
@@ -107,3 +109,21 @@ class InfSAttention(nn.Module):
             out = out + torch.cat((local.new_zeros(x.shape[0], extra, local.shape[2]),
                                    local), dim=1)
         return self.proj(out), state
+
+
+@MIXERS.register_module(name='pure_infsa')
+class PureInfSA(InfSAttention):
+    """Pure InfSA (Eq. 11-12), O(N^2) compute with no N x N tensor kept."""
+    letter = 'P'
+
+    def __init__(self, dims, num_heads, **kwargs):
+        super().__init__(dims, num_heads, variant='pure', **kwargs)
+
+
+@MIXERS.register_module(name='linear_infsa')
+class LinearInfSA(InfSAttention):
+    """Linear InfSA (Eq. 16-21), O(N): one pooled context per image."""
+    letter = 'I'
+
+    def __init__(self, dims, num_heads, **kwargs):
+        super().__init__(dims, num_heads, variant='linear', **kwargs)

@@ -5,21 +5,31 @@ from mmengine.model.weight_init import trunc_normal_
 
 from mmhybrid.ops.windows import (padded_size, window_attention, window_mask,
                                   window_partition, window_reverse)
+from mmhybrid.registry import MIXERS
 from .base import AttentionMixer
 
 
+@MIXERS.register_module(name='shifted_window')
 class ShiftedWindowAttention(AttentionMixer):
     """Swin's (S)W-MSA (Liu et al. 2021): attention in ``window_size`` windows
     with a relative position bias; odd blocks shift the windows by half a window.
 
     Padding to a multiple of the window is masked out. When the whole map fits in
     one window there is nothing to shift across and the shift is skipped (as the
-    official Swin does for its last stage at 224^2). No LePE by default.
-    """
+    official Swin does for its last stage at 224^2). No LePE (Swin has none).
 
-    def __init__(self, dims, num_heads, window_size=7, shift=False, lepe=False,
-                 **kwargs):
-        super().__init__(dims, num_heads, lepe=lepe, **kwargs)
+    Args:
+        window_size (int): window side.
+        shift (bool): shift the windows (backbones shift their odd layers).
+        qkv_bias, qk_scale, attn_drop, proj_drop: see :class:`AttentionMixer`.
+    """
+    letter = 'H'
+    test_options = dict(window_size=4)
+
+    def __init__(self, dims, num_heads, window_size=7, shift=False, qkv_bias=True,
+                 qk_scale=None, attn_drop=0., proj_drop=0.):
+        super().__init__(dims, num_heads, qkv_bias=qkv_bias, qk_scale=qk_scale,
+                         attn_drop=attn_drop, proj_drop=proj_drop)
         self.window_size = window_size
         self.shift_size = window_size // 2 if shift else 0
         self.relative_position_bias_table = nn.Parameter(

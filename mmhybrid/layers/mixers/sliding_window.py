@@ -4,9 +4,11 @@ InfiniteVL's SWA layer (Sec. 3.2, Supplement 6) on the token grid of an image:
 each token attends to the window x window tokens around it.
 """
 from mmhybrid.ops import sliding_window_attention
+from mmhybrid.registry import MIXERS
 from .base import AttentionMixer, from_heads, to_heads
 
 
+@MIXERS.register_module(name='sliding_window')
 class SlidingWindowAttention(AttentionMixer):
     """Multi-head neighbourhood attention via :func:`sliding_window_attention`.
     No position bias (like SoLA's global softmax layers, position comes from the
@@ -15,6 +17,8 @@ class SlidingWindowAttention(AttentionMixer):
     Args:
         window_size (int | tuple[int]): odd window (height, width).
     """
+    letter = 'W'
+    test_options = dict(window_size=3)
 
     def __init__(self, dims, num_heads, window_size=7, qkv_bias=True):
         super().__init__(dims, num_heads, qkv_bias=qkv_bias)

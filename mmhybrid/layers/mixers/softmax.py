@@ -1,10 +1,12 @@
 """Global softmax attention ('S' layers of SoLA-Vision, softmax layers of InfViT
 and HAViT, the vanilla / 'global' blocks of the ELFATT backbones)."""
 from mmhybrid.ops.attention import softmax_attention
+from mmhybrid.registry import MIXERS
 from ..historical_attention import HistoricalAttention
 from .base import AttentionMixer, from_heads, to_heads
 
 
+@MIXERS.register_module(name='softmax')
 class SoftmaxAttention(AttentionMixer):
     """``softmax(QK^T / sqrt(d)) V`` over all tokens (FlashAttention where
     :func:`~mmhybrid.ops.attention.softmax_attention` can use it).
@@ -17,6 +19,8 @@ class SoftmaxAttention(AttentionMixer):
         history (dict, optional): :class:`HistoricalAttention` arguments.
         **kwargs: see :class:`AttentionMixer`.
     """
+    letter = 'S'
+    reads_grid = False  # any set of tokens (a class token too)
 
     def __init__(self, dims, num_heads, history=None, **kwargs):
         super().__init__(dims, num_heads, **kwargs)

@@ -5,8 +5,9 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
 from mmhybrid.ops import bi_wkv, quad_token_shift
+from mmhybrid.ops.streaming import in_token_slices
+from mmhybrid.registry import MIXERS
 from ..block import MixerState
-from ..mlp import in_token_slices
 
 # ChannelMix runs on slices of this many tokens (see in_token_slices)
 SLICE_TOKENS = 2048
@@ -37,6 +38,7 @@ class Projection(nn.Linear):
         return y.view(-1, B, N).permute(1, 2, 0)
 
 
+@MIXERS.register_module(name='wkv')
 class SpatialMix(nn.Module):
     """Receptance-gated bidirectional WKV (Eq. 9): ``W_o (sigma(R) * wkv(K, V))``.
 
@@ -46,10 +48,12 @@ class SpatialMix(nn.Module):
     bonus (u) is not (Vision-RWKV's code divides both). ``key_norm`` adds
     Vision-RWKV's optional LayerNorm on the WKV output (not in the paper). The WKV
     output (the per-token normalised hidden state) goes to ``state.hidden`` for
-    the Hidden State Bridge.
+    the Hidden State Bridge. One head: ``num_heads`` is taken and unused (the
+    decay is per channel).
     """
+    letter = 'L'
 
-    def __init__(self, dims, key_norm=False, norm_cfg=dict(type='LN')):
+    def __init__(self, dims, num_heads=1, key_norm=False, norm_cfg=dict(type='LN')):
         super().__init__()
         self.shift_mix = TokenShiftMix(dims, 3)
         self.key = Projection(dims, dims, bias=False)

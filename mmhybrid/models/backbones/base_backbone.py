@@ -194,12 +194,17 @@ class BaseBackbone(BaseModule):
     def init_scratch(self):
         """Transformer defaults for training from scratch: truncated-normal (0.02)
         linear weights, position embeddings and class token, zero biases, unit
-        LayerNorms."""
+        LayerNorms; then each mixer with a depth-dependent init (WKV's decays)
+        gets its ``init_decay(depth_ratio)``, 0 for the first such mixer, 1 for
+        the last."""
         initialize(self, [dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
                           dict(type='Constant', layer='LayerNorm', val=1., bias=0.)])
         for key in (*self.pos_embed_keys, 'cls_token'):
             if getattr(self, key, None) is not None:
                 trunc_normal_(getattr(self, key), std=.02)
+        decaying = [m for m in self.modules() if hasattr(m, 'init_decay')]
+        for i, mixer in enumerate(decaying):
+            mixer.init_decay(i / max(len(decaying) - 1, 1))
 
     def run_layer(self, layer, *args):
         if self.with_cp and self.training and any(

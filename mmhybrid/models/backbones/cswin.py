@@ -5,7 +5,7 @@ stripe attention with LePE, 3x3/2 conv merge blocks and whole-map attention in t
 last stage. The paper's CSWin-T and CSWin-B are the 24181 / 36292 depth variants
 of Han et al. 2023 (FLatten).
 """
-from mmhybrid.layers import ConvMerging, CrossShapedWindowAttention, SoftmaxAttention
+from mmhybrid.layers import ConvMerging
 from mmhybrid.registry import register_model
 from .base_backbone import resolve_arch
 from .hierarchical_attention import HierarchicalAttentionBackbone
@@ -24,7 +24,9 @@ class CSWin(HierarchicalAttentionBackbone):
         block_sizes (tuple[int], optional): ELFATT block per stage (overrides
             the arch): ``'t'`` 49-49-196-49, ``'b'`` 196-196-196-49, the sizes
             Table 1's FLOPs of CSWin-T/B-ELFATT imply (docs/design.md).
-        attn, **kwargs: see :class:`HierarchicalAttentionBackbone`.
+        mixers, attn, **kwargs: see :class:`HierarchicalAttentionBackbone`
+            (``attn``'s local blocks are ``'cross_shaped_window'``, and
+            ``'softmax'`` over the whole map in the last stage).
     """
     arch_zoo = {
         't': dict(embed_dims=64, depths=(2, 4, 18, 1), num_heads=(2, 4, 8, 16),
@@ -33,23 +35,20 @@ class CSWin(HierarchicalAttentionBackbone):
                   split_sizes=(1, 2, 7, 7), block_sizes=(196, 196, 196, 49)),
     }
 
+    local_mixers = ('cross_shaped_window', ) * 3 + ('softmax', )
     min_input_size = 3  # the 7x7/4 stem convolution pads by 2
 
-    def __init__(self, arch='t', attn='elfatt', split_sizes=None, block_sizes=None,
-                 **kwargs):
+    def __init__(self, arch='t', split_sizes=None, block_sizes=None, **kwargs):
         arch = resolve_arch(arch, self.arch_zoo, 'CSWin',
                             ('embed_dims', 'depths', 'num_heads'),
                             split_sizes=split_sizes, block_sizes=block_sizes)
         self.split_sizes = tuple(arch.get('split_sizes', (1, 2, 7, 7)))
         block_sizes = tuple(arch.get('block_sizes', (49, 49, 196, 49)))
-        super().__init__(arch, attn, dict(kernel_size=7, stride=4, padding=2),
+        super().__init__(arch, dict(kernel_size=7, stride=4, padding=2),
                          block_sizes=block_sizes, **kwargs)
 
     def build_downsample(self, in_channels, out_channels, norm_cfg):
         return ConvMerging(in_channels, out_channels, norm_cfg=norm_cfg)
 
-    def build_local_attention(self, stage, index, dims, num_heads, **kwargs):
-        if stage == 3:
-            return SoftmaxAttention(dims, num_heads, **kwargs)
-        return CrossShapedWindowAttention(dims, num_heads,
-                                          split_size=self.split_sizes[stage], **kwargs)
+    def stage_context(self, stage):
+        return dict(split_size=self.split_sizes[stage])

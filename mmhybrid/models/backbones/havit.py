@@ -2,9 +2,9 @@
 
 Paper: Banik et al., "HAViT: Historical Attention Vision Transformer" (Sec. III,
 Eq. 4-7). Every layer is softmax attention with ``A_l = alpha Q K^T / sqrt(d) +
-(1 - alpha) A_{l-1}``; the model is :class:`InfViT`'s plain ViT with all layers
-'S' and ``history`` on, plus the paper's model and DeiT sizes. Readings of the
-paper: docs/design.md ("Historical attention (HAViT)").
+(1 - alpha) A_{l-1}``; the model is :class:`InfViT`'s plain ViT with every mixer
+``'softmax'`` and ``history`` on, plus the paper's model and DeiT sizes. Readings
+of the paper: docs/design.md ("Historical attention (HAViT)").
 """
 from mmhybrid.registry import register_model
 from .infvit import InfViT
@@ -35,6 +35,8 @@ class HAViT(InfViT):
             plain ViT baseline of the same size.
         out_type (str): ``'cls_token'`` (for ``VisionTransformerClsHead``),
             ``'avg_featmap'`` or ``'featmap'``.
+        mixers (str | list): every layer softmax by default; any layout of
+            :class:`InfViT` (historical layers need softmax ones).
         Others: see :class:`InfViT`.
     """
 
@@ -42,9 +44,9 @@ class HAViT(InfViT):
     arch_keys = ('embed_dims', 'depth', 'num_heads', 'mlp_ratio')
 
     def __init__(self, arch='deit-s', history=dict(alpha=0.45, init='random'),
-                 out_type='cls_token', **kwargs):
+                 out_type='cls_token', mixers='softmax', **kwargs):
         if 'attn_types' in kwargs:
-            raise TypeError('HAViT layers are all softmax; use InfViT to mix '
-                            'attention types')
-        super().__init__(arch=arch, attn_types='S', history=history,
+            raise TypeError("HAViT's layers are named by mixers= (default "
+                            "'softmax'); attn_types is InfViT's spelling")
+        super().__init__(arch=arch, mixers=mixers, history=history,
                          out_type=out_type, **kwargs)

@@ -1,39 +1,82 @@
-"""Four-stage attention pyramid of SwinELFATT and CSWin, which differ only in the
-stem, the merge block and their ``'local'`` attention. A per-stage plan
-(:func:`mmhybrid.layers.parse_attention_plan`) picks every block's attention, so
-the paper's variants (LOCAL, GLOBAL, EFFATT, ELFATT, the Table 4-7 ablations) are
-config changes of one model."""
+"""Four-stage attention pyramid of SwinELFATT and CSWin, which differ in the stem,
+the merge block and their local attention. Every layer's token mixer is named in
+``mixers=`` (:mod:`mmhybrid.layers.mixer_layout`), so the paper's variants
+(LOCAL, GLOBAL, EFFATT, ELFATT, the Table 4-7 ablations) are config changes of
+one model; ``attn=`` keeps the ELFATT paper's plans."""
 import torch
 import torch.nn as nn
 
-from mmhybrid.layers import (FFN, Block, ELFATTAttention, SoftmaxAttention,
-                             link_history, parse_attention_plan)
+from mmhybrid.layers import (FFN, Block, build_mixer, check_mixer_cfg, link_history,
+                             parse_mixers)
 from .base_backbone import check_rates, resolve_arch
 from .pyramid import PyramidBackbone
+
+
+# the ELFATT paper's plans (Appendix E; Table 7: EFFATT models keep ELFATT's plan)
+# in its letters: E ELFATT, F EFFATT, G global softmax, L the backbone's local one
+ELFATT_PLANS = {'elfatt': 'E,E,GE,G', 'effatt': 'F,F,GF,G', 'global': 'G,G,G,G',
+                'local': 'L,L,L,L'}
+
+
+def elfatt_plan(attn, local_mixers):
+    """ELFATT's ``attn=`` as ``mixers=`` entries, one pattern per stage.
+
+    ``attn`` is a preset of :data:`ELFATT_PLANS`, a plan in ELFATT's letters
+    (``'E,E,GE,G'``) or a list with one entry per stage: a type name
+    (``'elfatt'``, ``'effatt'``, ``'global'``, ``'local'``), a letter pattern or
+    a list of type names. 'G' / ``'global'`` become ``'softmax'``, 'L' /
+    ``'local'`` the stage's ``local_mixers[i]``.
+    """
+    plan = ELFATT_PLANS.get(attn, attn) if isinstance(attn, str) else attn
+    entries = plan.replace(' ', '').split(',') if isinstance(plan, str) else list(plan)
+    types = {'E': 'elfatt', 'F': 'effatt', 'G': 'softmax', 'elfatt': 'elfatt',
+             'effatt': 'effatt', 'global': 'softmax'}
+    stages = []
+    for i, entry in enumerate(entries[:len(local_mixers)]):
+        tokens = ([entry] if isinstance(entry, str) and entry in ELFATT_PLANS
+                  else list(entry))
+        if not tokens or not set(tokens) <= {*types, 'L', 'local'}:
+            break
+        stages.append([local_mixers[i] if t in ('L', 'local') else types[t]
+                       for t in tokens])
+    if len(stages) != len(entries) or len(entries) != len(local_mixers):
+        raise ValueError(
+            f'unknown attention plan {attn!r}: attn= takes a preset '
+            f'({", ".join(map(repr, ELFATT_PLANS))}) or ELFATT\'s letters, one '
+            f'pattern per stage ({len(local_mixers)}) separated by commas, e.g. '
+            f"'E,E,GE,G' (E ELFATT, F EFFATT, G global softmax, L local); any "
+            f'registered mixer goes in mixers=')
+    return stages
 
 
 class HierarchicalAttentionBackbone(PyramidBackbone):
     """Stem, four stages of attention blocks, an output norm per out index.
 
-    Subclasses define ``arch_zoo``, ``build_downsample(in_channels, out_channels,
-    norm_cfg)`` and ``build_local_attention(stage, index, dims, num_heads,
-    **kwargs)``.
+    Subclasses define ``arch_zoo``, ``local_mixers`` (the mixer name of the
+    ``'local'`` blocks per stage), ``build_downsample(in_channels,
+    out_channels, norm_cfg)`` and :meth:`stage_context`.
 
     Args:
         arch (str | dict): a key of ``arch_zoo`` (or 'tiny', 'base') or a dict
             with ``embed_dims``, ``depths``, ``num_heads``; the arguments of
             those names override it.
-        attn (str | list): attention plan (:func:`~mmhybrid.layers.
-            parse_attention_plan`): ``'elfatt'``, ``'local'``, ``'global'``,
-            ``'effatt'`` or e.g. ``'E,E,GE,G'``.
+        mixers (str | list, optional): every layer's token mixer, one entry per
+            stage (:mod:`mmhybrid.layers.mixer_layout`), e.g. ``'E/E/SE/S'``;
+            a shorter entry repeats over the stage. The resolved list is the
+            ``mixers`` attribute.
+        attn (str | list): the ELFATT paper's plan, used when ``mixers`` is
+            None (:func:`elfatt_plan`): ``'elfatt'`` (the default),
+            ``'local'``, ``'global'``, ``'effatt'`` or e.g. ``'E,E,GE,G'``.
+        mixer_cfg (dict, optional): options per mixer name (or letter).
         block_sizes (tuple[int]): ELFATT/EFFATT local block size per stage.
         block_layout (str): ELFATT blocks as ``'2d'`` square windows (the
             default) or ``'1d'`` runs of the raster sequence.
         global_ratio (float): ELFATT's ``c1 / c`` (Table 7).
-        lepe (bool): LePE in global / ELFATT / EFFATT attentions (Table 5).
-        history (dict, optional): historical attention (HAViT) in the blocks
-            the plan makes ``'global'``, carried between them within a stage
-            (see :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
+        lepe (bool): LePE in the softmax / ELFATT / EFFATT / cross-shaped
+            attentions (Table 5).
+        history (dict, optional): historical attention (HAViT) in the softmax
+            blocks, carried between them within a stage (see
+            :class:`~mmhybrid.layers.HistoricalAttention`); off by default.
         stem (dict): kwargs of mmcv ``PatchEmbed`` (kernel_size, stride, padding).
         use_abs_pos_embed (bool): learned absolute position embedding on the
             ``pretrain_img_size / stride`` grid, resized to the input.
@@ -42,7 +85,8 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
     arch_zoo = {}
     pos_embed_keys = ('absolute_pos_embed', )
 
-    def __init__(self, arch, attn, stem, pretrain_img_size=224, in_channels=3,
+    def __init__(self, arch, stem, mixers=None, attn='elfatt', mixer_cfg=None,
+                 pretrain_img_size=224, in_channels=3,
                  embed_dims=None, depths=None, num_heads=None, mlp_ratio=4.,
                  out_indices=(0, 1, 2, 3), qkv_bias=True, qk_scale=None,
                  drop_rate=0., attn_drop_rate=0., drop_path_rate=0.1,
@@ -66,37 +110,35 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
         super().__init__(4, frozen_stages, norm_eval, with_cp, init_cfg, out_indices,
                          pretrained)
         self.convert_weights = convert_weights
-        self.plan = parse_attention_plan(attn, depths)
-        if history is not None and not any('global' in p for p in self.plan):
-            raise ValueError(f'history (HAViT) needs global blocks; the attention '
-                             f'plan {attn!r} has none')
+        self.mixers = parse_mixers(
+            elfatt_plan(attn, self.local_mixers) if mixers is None else mixers,
+            depths, name)
+        if history is not None and not any('softmax' in s for s in self.mixers):
+            raise ValueError(f'history (HAViT) needs softmax blocks; mixers '
+                             f'{self.mixers} have none')
+        mixer_cfg = check_mixer_cfg(mixer_cfg, name)
         dims = [arch['embed_dims'] * 2**i for i in range(4)]
 
         self.build_stem(in_channels, dims[0], pretrain_img_size, norm_cfg,
                         drop_rate, pos_embed=use_abs_pos_embed, **stem)
 
         common = dict(qkv_bias=qkv_bias, qk_scale=qk_scale, lepe=lepe,
-                      attn_drop=attn_drop_rate, proj_drop=drop_rate)
-        dpr = iter(torch.linspace(0, drop_path_rate, sum(depths)).tolist())
+                      attn_drop=attn_drop_rate, proj_drop=drop_rate, history=history,
+                      block_layout=block_layout, global_ratio=global_ratio,
+                      norm_cfg=norm_cfg)
+        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
         self.stages = nn.ModuleList()
         for i in range(4):
             blocks = []
-            for j, kind in enumerate(self.plan[i]):
-                if kind == 'local':
-                    attention = self.build_local_attention(i, j, dims[i],
-                                                           num_heads[i], **common)
-                elif kind == 'global':
-                    attention = SoftmaxAttention(dims[i], num_heads[i],
-                                                 history=history, **common)
-                else:
-                    attention = ELFATTAttention(
-                        dims[i], num_heads[i], block_size=block_sizes[i],
-                        block_layout=block_layout, **common,
-                        global_ratio=1. if kind == 'effatt' else global_ratio)
+            for j, mixer in enumerate(self.mixers[i]):
+                depth = sum(depths[:i]) + j
+                context = dict(common, block_size=block_sizes[i], shift=j % 2 == 1,
+                               depth=depth + 1, **self.stage_context(i))
                 blocks.append(Block(
-                    dims[i], attention,
+                    dims[i], build_mixer(mixer, dims[i], num_heads[i], context,
+                                         mixer_cfg.get(mixer, {})),
                     FFN(dims[i], mlp_ratio, drop=drop_rate, act_cfg=act_cfg),
-                    drop_path=next(dpr), norm_cfg=norm_cfg))
+                    drop_path=dpr[depth], norm_cfg=norm_cfg))
             downsample = (self.build_downsample(dims[i], dims[i + 1], norm_cfg)
                           if i < 3 else None)
             # mmdet's SwinBlockSequence names: blocks, then the merge (if any)
@@ -105,6 +147,11 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
             link_history(blocks)
         self.num_features = dims
         self.build_outputs(dims, norm_cfg)
+
+    def stage_context(self, stage):
+        """What the backbone offers the mixers of ``stage`` beyond the common
+        options (a window or stripe size)."""
+        return {}
 
     def stage_modules(self, index):
         return [self.stages[index]]  # its blocks and the merge after them

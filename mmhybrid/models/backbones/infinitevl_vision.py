@@ -24,9 +24,9 @@ def block_schedule(block, depths):
 
 ARCH_ZOO = {
     't': dict(embed_dims=(96, 128, 192, 256),
-              schedule=block_schedule('WGGG', (2, 2, 6, 2))),
+              mixers=block_schedule('WGGG', (2, 2, 6, 2))),
     'b': dict(embed_dims=(128, 256, 512, 1024),
-              schedule=block_schedule('WGGG', (2, 2, 16, 2))),
+              mixers=block_schedule('WGGG', (2, 2, 16, 2))),
 }
 
 

@@ -11,7 +11,7 @@ GLOBAL and EFFATT rows) and Tables 1-3's FLOPs imply exactly that (docs/design.m
 "ELFATT").
 """
 
-from mmhybrid.layers import ConvMerging, PatchMerging, ShiftedWindowAttention
+from mmhybrid.layers import ConvMerging, PatchMerging
 from mmhybrid.registry import register_model
 from .hierarchical_attention import HierarchicalAttentionBackbone
 
@@ -36,14 +36,16 @@ class SwinELFATT(HierarchicalAttentionBackbone):
         convert_weights (bool, optional): True: the model is built to load a
             Swin checkpoint (linear merges); the checkpoint's layout itself is
             detected from its keys (docs/weights.md).
-        arch, attn, **kwargs: see :class:`HierarchicalAttentionBackbone`.
+        arch, mixers, attn, **kwargs: see :class:`HierarchicalAttentionBackbone`
+            (``attn``'s local blocks are ``'shifted_window'``).
     """
     arch_zoo = {
         't': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
         'b': dict(embed_dims=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)),
     }
+    local_mixers = ('shifted_window', ) * 4
 
-    def __init__(self, arch='t', attn='elfatt', block_sizes=(196, 196, 196, 49),
+    def __init__(self, arch='t', block_sizes=(196, 196, 196, 49),
                  downsample=None, patch_size=4, window_size=7, strides=(4, 2, 2, 2),
                  patch_norm=True, **kwargs):
         if tuple(strides[1:]) != (2, 2, 2) or strides[0] != patch_size:
@@ -58,19 +60,18 @@ class SwinELFATT(HierarchicalAttentionBackbone):
         # None: decided in build_downsample, once the attention plan is parsed
         self.downsample = downsample
         stem = dict(kernel_size=patch_size, stride=patch_size, padding='corner')
-        super().__init__(arch, attn, stem, block_sizes=block_sizes, **kwargs)
+        super().__init__(arch, stem, block_sizes=block_sizes, **kwargs)
         if not patch_norm:
             self.patch_embed.norm = None
 
     def build_downsample(self, in_channels, out_channels, norm_cfg):
         if self.downsample is None:  # see the class docstring
-            elfatt = any('elfatt' in stage for stage in self.plan)
+            elfatt = any('elfatt' in stage for stage in self.mixers)
             self.downsample = ('conv' if elfatt and not self.convert_weights
                                else 'linear')
         if self.downsample == 'conv':
             return ConvMerging(in_channels, out_channels, norm_cfg=norm_cfg)
         return PatchMerging(in_channels, out_channels, norm_cfg=norm_cfg)
 
-    def build_local_attention(self, stage, index, dims, num_heads, lepe, **kwargs):
-        return ShiftedWindowAttention(dims, num_heads, window_size=self.window_size,
-                                      shift=index % 2 == 1, **kwargs)
+    def stage_context(self, stage):
+        return dict(window_size=self.window_size)
