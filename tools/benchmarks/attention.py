@@ -21,8 +21,8 @@ def add_arguments(p):
 
 
 def build(kind, args):
-    from mmhybrid.layers import (CrossShapedWindowAttention, ELFATTAttention,
-                                 ShiftedWindowAttention, SoftmaxAttention)
+    from mmhybrid.layers.mixers import (CrossShapedWindowAttention, ELFATTAttention,
+                                        ShiftedWindowAttention, SoftmaxAttention)
     d, h = WIDTHS[args.backbone]
     if kind == 'global':
         return SoftmaxAttention(d, h, lepe=True)
