@@ -212,3 +212,15 @@ def test_end_to_end_refuses_a_checkpoint_without_that_head(tmp_path):
         head=dict(num_classes=4, in_channels=128))
     with pytest.raises(ValueError, match=r'no classifier of shape .*\(4, 128\)'):
         model.init_weights()
+
+
+@pytest.mark.parametrize('stage', ['layerwise', 'end_to_end'])
+def test_losses_in_float32_under_autocast(stage):
+    """As under ``--amp``: low-precision matmuls, the losses reduced in fp32."""
+    head = dict(num_classes=4, in_channels=128) if stage == 'end_to_end' else None
+    model = _distiller(backbone=SOLA, stage=stage, head=head)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        losses = model(torch.randn(2, 3, 64, 64), mode='loss')
+    assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in losses.values())
+    sum(losses.values()).backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
