@@ -5,11 +5,11 @@ _base_ = ['./sola-s_swin-t_stage1.py']
 data_root = 'data/toy/imagenet/train'
 img_size = 64
 toy_arch = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 2, 4, 4))
-# Optional: a checkpoint of the tiny Swin teacher (e.g. trained on the toy
-# classes). None distils from a random teacher (the mechanics only).
-teacher_checkpoint = None
-teacher_init = (dict(type='Pretrained', checkpoint=teacher_checkpoint)
-                if teacher_checkpoint else None)
+# Random weights by default (the mechanics only). To start from a tiny Swin
+# teacher checkpoint (e.g. trained on the toy classes) and have the student
+# inherit it: --cfg-options model.teacher.init_cfg.type=Pretrained
+#   model.teacher.init_cfg.checkpoint=PATH model.backbone.init_cfg.type=Pretrained
+#   model.backbone.init_cfg.checkpoint=PATH
 
 # STUDENT: a tiny Swin-ELFATT for now (it inherits every shared tensor of a Swin
 # checkpoint today). Switch to a tiny SoLAVision once Swin -> SoLA inheritance
@@ -17,14 +17,12 @@ teacher_init = (dict(type='Pretrained', checkpoint=teacher_checkpoint)
 # embed_dims=(16, 32, 64, 128), schedule='LL/LL/LS/LS'), head_dim=8, ...).
 student = dict(
     type='mmhybrid.SwinELFATT', attn='elfatt', downsample='linear', arch=toy_arch,
-    block_sizes=(8, 8, 16, 8), drop_path_rate=0., out_indices=(0, 1, 2, 3),
-    init_cfg=teacher_init)
+    block_sizes=(8, 8, 16, 8), drop_path_rate=0., out_indices=(0, 1, 2, 3))
 
 model = dict(
     teacher=dict(
         _delete_=True, type='mmhybrid.SwinELFATT', attn='local', downsample='linear',
-        arch=toy_arch, window_size=4, drop_path_rate=0., out_indices=(0, 1, 2, 3),
-        init_cfg=teacher_init),
+        arch=toy_arch, window_size=4, drop_path_rate=0., out_indices=(0, 1, 2, 3)),
     backbone=dict(_delete_=True, **student))
 
 train_pipeline = [

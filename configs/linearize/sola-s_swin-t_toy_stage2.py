@@ -6,10 +6,9 @@ _base_ = ['./sola-s_swin-t_stage2.py']
 data_root = 'data/toy/imagenet/train'
 img_size = 64
 toy_arch = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 2, 4, 4))
-# Optional, as in the toy Stage I: None is a random teacher (and head).
-teacher_checkpoint = None
-teacher_init = (dict(type='Pretrained', checkpoint=teacher_checkpoint)
-                if teacher_checkpoint else None)
+# Random teacher (and head) by default; a tiny Swin teacher checkpoint as in the
+# toy Stage I: --cfg-options model.teacher.init_cfg.type=Pretrained
+#   model.teacher.init_cfg.checkpoint=PATH
 load_from = 'work_dirs/sola-s_swin-t_toy_stage1/iter_100.pth'
 
 # STUDENT: the toy Stage I's (switch both to a tiny SoLAVision together); its
@@ -21,8 +20,7 @@ student = dict(
 model = dict(
     teacher=dict(
         _delete_=True, type='mmhybrid.SwinELFATT', attn='local', downsample='linear',
-        arch=toy_arch, window_size=4, drop_path_rate=0., out_indices=(0, 1, 2, 3),
-        init_cfg=teacher_init),
+        arch=toy_arch, window_size=4, drop_path_rate=0., out_indices=(0, 1, 2, 3)),
     backbone=dict(_delete_=True, **student),
     head=dict(num_classes=4, in_channels=128))
 

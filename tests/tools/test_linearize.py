@@ -2,6 +2,7 @@
 configs train with ``tools/train.py`` (Stage II from Stage I's checkpoint), the
 student loads into a UPerNet through ``init_cfg=Pretrained``, and (slow) Stage
 I's loss falls (InfiniteVL Sec. 3.3, Eq. 3)."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -129,3 +130,18 @@ def test_stage1_loss_falls(toy_data, tmp_path):
     start, end = sum(losses.values[:5]) / 5, sum(losses.values[-5:]) / 5
     print(f'Stage I toy loss: first 5 iterations {start:.3e}, last 5 {end:.3e}')
     assert end < 0.5 * start
+
+
+def test_linearize_errors_tool(stages, toy_data, capsys):
+    root, _, _ = stages
+    spec = importlib.util.spec_from_file_location(
+        '_linearize_errors', ROOT / 'tools/analysis/linearize_errors.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    options = ['--images', '4', '--cfg-options', f'data_root={toy_data["imagenet"]}/train']
+    before = tool.main([str(STAGE1), *options])
+    after = tool.main([str(STAGE1), '--checkpoint', str(root / 'stage1' / 'iter_2.pth'),
+                       *options])
+    assert set(before) == set(after) == {(s, l) for s in (1, 2, 3, 4) for l in (1, 2)}
+    assert before != after and all(0 < e < float('inf') for e in after.values())
+    assert '| 4 | 2 | 2 |' in capsys.readouterr().out
