@@ -103,7 +103,8 @@ def test_layerwise_trains_only_the_replaced_mixers():
 def test_layerwise_all_trains_whole_layers_only():
     model = _distiller(trainable='all')
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    assert any('.ffn.' in n for n in trainable) and any('.norm1.' in n for n in trainable)
+    assert any('.ffn.' in n for n in trainable)
+    assert any('.norm1.' in n for n in trainable)
     # stem, merges and output norms do not run in Stage I
     assert all(n.startswith('backbone.stages.') and '.blocks.' in n for n in trainable)
 
@@ -134,7 +135,8 @@ def test_layerwise_sola_student_runs_no_bridge():
     for bridge in model.backbone.bridges.values():
         bridge.register_forward_hook(lambda *_: pytest.fail('a bridge ran'))
         assert not any(p.requires_grad for p in bridge.parameters())
-    trainable = {n.split('.')[4] for n, p in model.named_parameters()  # stages.i.j.<part>
+    # backbone.stages.i.j.<part>
+    trainable = {n.split('.')[4] for n, p in model.named_parameters()
                  if p.requires_grad}
     assert trainable == {'attn', 'ffn'}  # WKV / softmax mixers, channel-mix / conv MLPs
     losses = model(torch.randn(2, 3, 64, 64), mode='loss')
@@ -184,7 +186,8 @@ def test_end_to_end_with_the_teachers_head(tmp_path):
     path = str(tmp_path / 'swin_toy.pth')
     torch.save(dict(state_dict=state), path)
     pretrained = dict(type='Pretrained', checkpoint=path)
-    model = _distiller(dict(SWIN, init_cfg=pretrained), dict(ELFATT, init_cfg=pretrained),
+    model = _distiller(dict(SWIN, init_cfg=pretrained),
+                       dict(ELFATT, init_cfg=pretrained),
                        stage='end_to_end', head=dict(num_classes=4, in_channels=128),
                        temperature=2.)
     assert torch.equal(model.teacher_head.weight, head.weight)

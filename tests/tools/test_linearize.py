@@ -138,7 +138,8 @@ def test_linearize_errors_tool(stages, toy_data, capsys):
         '_linearize_errors', ROOT / 'tools/analysis/linearize_errors.py')
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    options = ['--images', '4', '--cfg-options', f'data_root={toy_data["imagenet"]}/train']
+    options = ['--images', '4', '--cfg-options',
+               f'data_root={toy_data["imagenet"]}/train']
     before = tool.main([str(STAGE1), *options])
     after = tool.main([str(STAGE1), '--checkpoint', str(root / 'stage1' / 'iter_2.pth'),
                        *options])

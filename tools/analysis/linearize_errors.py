@@ -48,9 +48,9 @@ def build_distiller(cfg, checkpoint=None):
     model.init_weights()
     if checkpoint:
         state = extract_state_dict(load_checkpoint(checkpoint, map_location='cpu'))
-        missing = model.load_state_dict(
-            {k: v for k, v in state.items() if not k.startswith(('head.', 'teacher_head.'))},
-            strict=False).missing_keys
+        state = {k: v for k, v in state.items()
+                 if not k.startswith(('head.', 'teacher_head.'))}
+        missing = model.load_state_dict(state, strict=False).missing_keys
         if missing:
             raise ValueError(f'{checkpoint} lacks {len(missing)} tensors of the '
                              f'distiller, e.g. {missing[:3]}: a checkpoint of '
