@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from mmengine.hooks import Hook
-from mmengine.registry import init_default_scope
+from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
 from _common import build_runner, load_config
@@ -81,15 +81,16 @@ def test_student_loads_into_upernet(stages):
     missing, unexpected = load_pretrained(build_model(student), checkpoint)
     assert missing == [] and unexpected == []  # "loaded N/N tensors"
 
-    init_default_scope('mmseg')
     from mmseg.registry import MODELS
-    model = MODELS.build(dict(
-        type='EncoderDecoder',
-        data_preprocessor=dict(type='SegDataPreProcessor', size=(64, 64)),
-        backbone=dict(student, init_cfg=dict(type='Pretrained', checkpoint=checkpoint)),
-        decode_head=dict(type='UPerHead', in_channels=[16, 32, 64, 128],
-                         in_index=[0, 1, 2, 3], channels=16, num_classes=4,
-                         loss_decode=dict(type='CrossEntropyLoss'))))
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        model = MODELS.build(dict(
+            type='EncoderDecoder',
+            data_preprocessor=dict(type='SegDataPreProcessor', size=(64, 64)),
+            backbone=dict(student,
+                          init_cfg=dict(type='Pretrained', checkpoint=checkpoint)),
+            decode_head=dict(type='UPerHead', in_channels=[16, 32, 64, 128],
+                             in_index=[0, 1, 2, 3], channels=16, num_classes=4,
+                             loss_decode=dict(type='CrossEntropyLoss'))))
     model.init_weights()
     saved = _state(checkpoint)
     own = model.backbone.state_dict()
@@ -112,7 +113,6 @@ def test_stage1_loss_falls(toy_data, tmp_path):
     of the first 5."""
     cfg = load_config(str(STAGE1), {'data_root': f'{toy_data["imagenet"]}/train'},
                       str(tmp_path / 'work'))
-    init_default_scope('mmhybrid')
     teacher_file = str(tmp_path / 'tiny_swin.pth')
     torch.manual_seed(1)
     torch.save(dict(state_dict=build_model(cfg.model.teacher.to_dict()).state_dict()),
@@ -140,9 +140,11 @@ def test_linearize_errors_tool(stages, toy_data, capsys):
     spec.loader.exec_module(tool)
     options = ['--images', '4', '--cfg-options',
                f'data_root={toy_data["imagenet"]}/train']
-    before = tool.main([str(STAGE1), *options])
-    after = tool.main([str(STAGE1), '--checkpoint', str(root / 'stage1' / 'iter_2.pth'),
-                       *options])
+    # the tool sets the config's default scope: restored afterwards
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        before = tool.main([str(STAGE1), *options])
+        after = tool.main([str(STAGE1), '--checkpoint',
+                           str(root / 'stage1' / 'iter_2.pth'), *options])
     assert set(before) == set(after) == {(s, l) for s in (1, 2, 3, 4) for l in (1, 2)}
     assert before != after and all(0 < e < float('inf') for e in after.values())
     assert '| 4 | 2 | 2 |' in capsys.readouterr().out
