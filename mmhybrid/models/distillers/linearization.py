@@ -77,7 +77,9 @@ class LinearizationDistiller(BaseModel):
             in_channels=...)``, a linear classifier on the global average of the
             last output map. The teacher's comes from its checkpoint (``head.fc``,
             ``head`` or ``head.layers.head`` weights), the student's (``head``)
-            starts as a copy of it; adds the KL loss ``loss_logits``.
+            starts as a copy of it; adds the KL loss ``loss_logits``. Swin's
+            classifier averages its last map like this; a ViT's reading the class
+            token does not: distil ViTs without a head.
         temperature (float): softmax temperature of the KL loss.
         feature_weight (float): weight of each output map's MSE (Stage II).
         logit_weight (float): weight of the KL loss (Stage II).
