@@ -17,7 +17,8 @@ SWIN_LOCAL = ('shifted_window', ) * 4
 
 
 def plan(attn, depths=(2, 2, 6, 2)):
-    return parse_mixers(elfatt_plan(attn, SWIN_LOCAL), list(depths), 'SwinELFATT')
+    return parse_mixers(elfatt_plan(attn, SWIN_LOCAL, depths), list(depths),
+                        'SwinELFATT')
 
 
 def test_presets_and_compact_plans():
@@ -32,6 +33,8 @@ def test_presets_and_compact_plans():
     assert plan('E,E,E,E')[3] == ['elfatt'] * 2
     # the same plans in the one grammar
     assert plan('elfatt') == parse_mixers('E/E/SE/S', [2, 2, 6, 2], 'SwinELFATT')
+    # a pattern is cut where a stage ends (the old plans' rule)
+    assert plan('elfatt', (1, 1, 1, 1))[2] == ['softmax']
 
 
 @pytest.mark.parametrize('attn', ['E,E,GE', 'E,E,GX,G', ['elfatt', 'bogus', 'G', 'G'],

@@ -18,14 +18,16 @@ ELFATT_PLANS = {'elfatt': 'E,E,GE,G', 'effatt': 'F,F,GF,G', 'global': 'G,G,G,G',
                 'local': 'L,L,L,L'}
 
 
-def elfatt_plan(attn, local_mixers):
-    """ELFATT's ``attn=`` as ``mixers=`` entries, one pattern per stage.
+def elfatt_plan(attn, local_mixers, depths):
+    """ELFATT's ``attn=`` as ``mixers=`` entries, a list of names per stage.
 
     ``attn`` is a preset of :data:`ELFATT_PLANS`, a plan in ELFATT's letters
     (``'E,E,GE,G'``) or a list with one entry per stage: a type name
     (``'elfatt'``, ``'effatt'``, ``'global'``, ``'local'``), a letter pattern or
     a list of type names. 'G' / ``'global'`` become ``'softmax'``, 'L' /
-    ``'local'`` the stage's ``local_mixers[i]``.
+    ``'local'`` the stage's ``local_mixers[i]``. Each pattern repeats over the
+    stage's ``depths[i]`` layers, cut where the stage ends (``'GE'`` in a
+    one-layer stage is global).
     """
     plan = ELFATT_PLANS.get(attn, attn) if isinstance(attn, str) else attn
     entries = plan.replace(' ', '').split(',') if isinstance(plan, str) else list(plan)
@@ -37,8 +39,9 @@ def elfatt_plan(attn, local_mixers):
                   else list(entry))
         if not tokens or not set(tokens) <= {*types, 'L', 'local'}:
             break
-        stages.append([local_mixers[i] if t in ('L', 'local') else types[t]
-                       for t in tokens])
+        pattern = [local_mixers[i] if t in ('L', 'local') else types[t]
+                   for t in tokens]
+        stages.append([pattern[j % len(pattern)] for j in range(depths[i])])
     if len(stages) != len(entries) or len(entries) != len(local_mixers):
         raise ValueError(
             f'unknown attention plan {attn!r}: attn= takes a preset '
@@ -111,7 +114,7 @@ class HierarchicalAttentionBackbone(PyramidBackbone):
                          pretrained)
         self.convert_weights = convert_weights
         self.mixers = parse_mixers(
-            elfatt_plan(attn, self.local_mixers) if mixers is None else mixers,
+            elfatt_plan(attn, self.local_mixers, depths) if mixers is None else mixers,
             depths, name)
         if history is not None and not any('softmax' in s for s in self.mixers):
             raise ValueError(f'history (HAViT) needs softmax blocks; mixers '
