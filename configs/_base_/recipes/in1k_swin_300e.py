@@ -20,7 +20,7 @@ test_dataloader = val_dataloader
 
 optim_wrapper = dict(
     clip_grad=dict(max_norm=5.0),
-    # plain-dict param groups: compile=... works (mmhybrid/engine)
-    constructor='mmhybrid.PlainGroupsOptimWrapperConstructor',
-    paramwise_cfg=dict(custom_keys={'.pos_embed': dict(decay_mult=0.)}))
+    # plain-dict param groups: compile=... works; no weight decay where a module
+    # lists it in no_weight_decay (mmhybrid/engine)
+    constructor='mmhybrid.PlainGroupsOptimWrapperConstructor')
 auto_scale_lr = dict(base_batch_size=1024)

@@ -15,13 +15,12 @@ default_hooks = dict(checkpoint=dict(type='mmhybrid.AtomicCheckpointHook'))
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
-    # plain-dict param groups: compile=... works (mmhybrid/engine)
+    # plain-dict param groups: compile=... works; no weight decay where a module
+    # lists it in no_weight_decay (mmhybrid/engine)
     constructor='mmhybrid.PlainGroupsOptimWrapperConstructor',
     optimizer=dict(
         type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
-    paramwise_cfg=dict(
-        norm_decay_mult=0.,
-        custom_keys={'pos_embed': dict(decay_mult=0.)}))
+    paramwise_cfg=dict(norm_decay_mult=0.))
 max_epochs = 12
 train_cfg = dict(max_epochs=max_epochs)
 param_scheduler = [

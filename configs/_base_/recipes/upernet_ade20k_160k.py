@@ -19,8 +19,9 @@ model = dict(
     decode_head=dict(num_classes=150),
     auxiliary_head=dict(num_classes=150))
 
-# no weight decay on normalisation layers and position embeddings; families
-# add their own flat parameters to custom_keys
+# no weight decay on normalisation layers; our constructor also keeps every
+# parameter a module lists in its no_weight_decay out of it (position
+# embeddings, WKV and Gated DeltaNet rates, InfSA discounts, bias tables)
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
@@ -29,8 +30,7 @@ optim_wrapper = dict(
     optimizer=dict(
         type='AdamW', lr=6e-5, betas=(0.9, 0.999), weight_decay=0.01),
     paramwise_cfg=dict(
-        norm_decay_mult=0.,
-        custom_keys={'pos_embed': dict(decay_mult=0.)}))
+        norm_decay_mult=0.))
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0,
          end=1500),

@@ -19,7 +19,3 @@ model = dict(
         block_sizes=(196, 196, 196, 49),
         out_indices=(0, 1, 2, 3),
         with_cp=False))
-
-optim_wrapper = dict(
-    paramwise_cfg=dict(
-        custom_keys={'relative_position_bias_table': dict(decay_mult=0.)}))

@@ -45,12 +45,7 @@ test_dataloader = val_dataloader
 
 optim_wrapper = dict(
     optimizer=dict(lr=5e-4, weight_decay=0.025),
-    clip_grad=None,
-    paramwise_cfg=dict(
-        custom_keys={
-            'gamma_logit': dict(decay_mult=0.),
-            'cls_token': dict(decay_mult=0.),
-        }))
+    clip_grad=None)
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=True, begin=0, end=10,
          convert_to_iter_based=True),

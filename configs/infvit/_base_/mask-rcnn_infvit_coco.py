@@ -22,11 +22,3 @@ model = dict(
         out_channels=256,
         scales=(4.0, 2.0, 1.0, 0.5),
         num_outs=5))
-
-optim_wrapper = dict(
-    paramwise_cfg=dict(
-        custom_keys={
-            'pos_embed': dict(decay_mult=0.),
-            'gamma_logit': dict(decay_mult=0.),
-            'cls_token': dict(decay_mult=0.),
-        }))

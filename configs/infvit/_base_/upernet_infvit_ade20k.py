@@ -22,11 +22,3 @@ model = dict(
     neck=dict(type='MultiLevelNeck', scales=[4, 2, 1, 0.5]),
     decode_head=dict(in_index=[0, 1, 2, 3], channels=512),
     auxiliary_head=dict(in_index=3))
-
-# the InfSA discounts and the class token: no weight decay
-optim_wrapper = dict(
-    paramwise_cfg=dict(
-        custom_keys={
-            'gamma_logit': dict(decay_mult=0.),
-            'cls_token': dict(decay_mult=0.),
-        }))

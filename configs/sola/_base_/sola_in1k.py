@@ -11,16 +11,3 @@ model = dict(
         out_indices=(3, ),
         with_hsb=True,
         with_cp=False))
-
-# per-channel rates get no weight decay: the WKV w (spatial_decay) and u
-# (spatial_first) of 'L' layers; Gated DeltaNet's A_log, dt_bias and per-head
-# output RMSNorm (not a norm type norm_decay_mult finds) of 'G' layers
-optim_wrapper = dict(
-    paramwise_cfg=dict(
-        custom_keys={
-            'attn.spatial_decay': dict(decay_mult=0.),
-            'attn.spatial_first': dict(decay_mult=0.),
-            'attn.A_log': dict(decay_mult=0.),
-            'attn.dt_bias': dict(decay_mult=0.),
-            'attn.o_norm': dict(decay_mult=0.),
-        }))

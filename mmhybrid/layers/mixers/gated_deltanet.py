@@ -36,6 +36,8 @@ class BidirectionalGatedDeltaNet(nn.Module):
     Hidden State Bridge samples.
     """
     letter = 'G'
+    # decay rates and the per-head output norm (not a norm type mmengine finds)
+    no_weight_decay = ('A_log', 'dt_bias', 'o_norm')
 
     def __init__(self, dims, num_heads, expand_v=1., conv_size=3):
         super().__init__()

@@ -54,6 +54,7 @@ class InfSAttention(nn.Module):
     broadcasts in the residual add).
     """
     reads_grid = False  # the class token takes part; LePE skips it
+    no_weight_decay = ('gamma_logit', )
 
     def __init__(self, dims, num_heads, variant='pure', tie_qk=None,
                  qkv_bias=True, gamma_init=0.7, depth=1, discount='layer',

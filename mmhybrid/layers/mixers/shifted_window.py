@@ -24,6 +24,7 @@ class ShiftedWindowAttention(AttentionMixer):
         qkv_bias, qk_scale, attn_drop, proj_drop: see :class:`AttentionMixer`.
     """
     letter = 'H'
+    no_weight_decay = ('relative_position_bias_table', )
     test_options = dict(window_size=4)
 
     def __init__(self, dims, num_heads, window_size=7, shift=False, qkv_bias=True,

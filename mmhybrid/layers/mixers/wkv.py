@@ -52,6 +52,8 @@ class SpatialMix(nn.Module):
     decay is per channel).
     """
     letter = 'L'
+    # per-channel rates: weight decay would pull them to zero (no decay)
+    no_weight_decay = ('spatial_decay', 'spatial_first')
 
     def __init__(self, dims, num_heads=1, key_norm=False, norm_cfg=dict(type='LN')):
         super().__init__()

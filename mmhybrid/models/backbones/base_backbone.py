@@ -109,6 +109,12 @@ class BaseBackbone(BaseModule):
     # what out_indices counts, for messages
     out_unit = 'stages'
 
+    @property
+    def no_weight_decay(self):
+        """Parameters that take no weight decay (position embeddings, class
+        token); modules inside declare theirs the same way."""
+        return (*self.pos_embed_keys, 'cls_token')
+
     def __init__(self, num_stages, frozen_stages=-1, norm_eval=False,
                  with_cp=False, init_cfg=None, out_indices=-1, pretrained=None):
         if pretrained is not None:
