@@ -18,7 +18,9 @@ setup(
     description='Hybrid and linear-attention vision backbones for OpenMMLab',
     long_description=read('README.md'),
     long_description_content_type='text/markdown',
-    packages=find_packages(include=['mmhybrid', 'mmhybrid.*']),
+    # mmhybrid: the product; tools: the scripts and the library they share, importable
+    # once installed (docs/design.md, Code layout)
+    packages=find_packages(include=['mmhybrid', 'mmhybrid.*', 'tools', 'tools.*']),
     # interpreter-start hook that tools/setup_env.sh enables with a .pth line
     py_modules=['_mmhybrid_startup'],
     python_requires='>=3.9',

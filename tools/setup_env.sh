@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) .venv/ with torch, mmengine, mmcv with compiled ops (built once
 # from the sdist, cached outside the repository), mmseg, mmdet, mmpretrain, diffusers
-# and mmhybrid in editable mode; a no-op once done. Knobs: PYTHON (default
+# and mmhybrid (with tools/) in editable mode; a no-op once done. Knobs: PYTHON (default
 # python3.11, else python3), MMHYBRID_VENV (.venv), MMHYBRID_TORCH (torch pip specs;
 # a base interpreter that has torch and torchvision lends them to the venv),
 # MMHYBRID_CACHE (where the mmcv wheel is kept, ~/.cache/mmhybrid).
@@ -84,6 +84,7 @@ echo "import importlib.util as u; u.find_spec('_mmhybrid_startup') and __import_
   > "$site/mmhybrid-startup.pth"
 "$VPY" -c 'from mmseg.utils import register_all_modules; register_all_modules()'
 "$VPY" -c 'import mmcv.ops, mmengine, mmseg, mmdet, mmpretrain, mmhybrid' >/dev/null
+(cd / && "$VPY" -c 'import tools._common')  # the installed tools, from anywhere
 rm -f "$VENV"/.mmhybrid-setup-*
 touch "$STAMP"
 log "ready: $VENV"
