@@ -1,13 +1,13 @@
 """The tiny backbones of every family and attention plan, and two whole models, for
 the deploy checks.
 
-Real architectures at small widths (same layers, ops and code paths as the paper
-sizes): SoLA with its four layer letters (L: WKV, S: softmax, G: gated delta rule,
-W: sliding window), InfiniteVL, Swin- and CSWin-ELFATT with each attention plan,
-InfViT (pure, linear and mixed) and HAViT; a real mmseg UPerNet and our SoLA Mask
-R-CNN config with narrow heads on the smallest SoLA (``WHOLE_MODELS``, as
-``tools/deploy/export.py`` exports them). ``build_case(name)`` returns the module in
-eval mode.
+Variants of ``tools/tiny_backbones.py`` (real architectures at small widths: same
+layers, ops and code paths as the paper sizes): SoLA with its four layer letters (L:
+WKV, S: softmax, G: gated delta rule, W: sliding window), InfiniteVL, Swin- and
+CSWin-ELFATT with each attention plan, InfViT (pure and linear) and HAViT; a real
+mmseg UPerNet and our SoLA Mask R-CNN config with narrow heads on the smallest SoLA
+(``WHOLE_MODELS``, as ``tools/deploy/export.py`` exports them). ``build_case(name)``
+returns the module in eval mode.
 """
 from pathlib import Path
 
