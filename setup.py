@@ -18,9 +18,9 @@ setup(
     description='Hybrid and linear-attention vision backbones for OpenMMLab',
     long_description=read('README.md'),
     long_description_content_type='text/markdown',
-    packages=find_packages(include=['mmhybrid', 'mmhybrid.*']),
-    # interpreter-start hook that tools/setup_env.sh enables with a .pth line
-    py_modules=['_mmhybrid_startup'],
+    # mmhybrid: the product; tools: the scripts and the library they share, importable
+    # once installed (docs/design.md, Code layout)
+    packages=find_packages(include=['mmhybrid', 'mmhybrid.*', 'tools', 'tools.*']),
     python_requires='>=3.9',
     # torch and mmcv (with ops) are installed by tools/setup_env.sh: mmcv has no
     # wheels on PyPI and must be compiled against the local torch.
@@ -31,7 +31,10 @@ setup(
         'tests': ['pytest', 'pytest-timeout', 'pytest-xdist==3.8.0', 'timm==1.0.31',
                   'onnx==1.23.2', 'onnxruntime==1.31.1', 'onnxscript==0.7.2'],
         'deploy': ['onnx==1.23.2', 'onnxruntime==1.31.1', 'onnxscript==0.7.2'],
-        'sd': ['diffusers==0.42.1', 'transformers==5.23.0'],
+        # the ELFATT-SD patch needs diffusers alone; a text-to-image pipeline also needs
+        # transformers, whose 5.x (what diffusers 0.42 accepts) breaks mmpretrain 1.2.0:
+        # install it in an environment without mmpretrain (docs/stable_diffusion.md)
+        'sd': ['diffusers==0.42.1'],
         # flash-attn: the 2.8 API and head-size limits that ops/attention encodes;
         # builds from source against the local torch (CUDA >= 12.0, torch >= 2.2,
         # sm80+): pip install --no-build-isolation. See README, GPU machines.

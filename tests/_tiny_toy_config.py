@@ -3,7 +3,7 @@
 processes, no dropout (reproducible runs), a short schedule."""
 from pathlib import Path
 
-from tests._tiny_backbones import TINY_BACKBONES
+from tools.tiny_backbones import TINY_BACKBONES
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / 'configs/sola/demo/upernet_sola-t_toy-ade.py'

@@ -10,7 +10,7 @@ import pytest
 from mmengine.config import Config
 from mmengine.hooks import Hook
 
-from _common import build_runner, load_config, set_data_root
+from tools._common import build_runner, load_config, set_data_root
 
 # input short side each task is shrunk to, and the toy set it reads
 TARGET_SIZE = {'mmseg': 64, 'mmdet': 96, 'mmpretrain': 64}

@@ -19,8 +19,7 @@ def _seed():
 @pytest.fixture(scope='session')
 def toy_data(tmp_path_factory):
     """Tiny toy ADE20K / COCO / ImageNet sets (real layouts), made once per run."""
-    from mmhybrid.utils.toy_data import (make_toy_ade20k, make_toy_coco,
-                                         make_toy_imagenet)
+    from tools.toy_data import make_toy_ade20k, make_toy_coco, make_toy_imagenet
     root = tmp_path_factory.mktemp('toy_data')
     return dict(
         ade=make_toy_ade20k(str(root / 'ade'), 4, 2, size=(96, 128)),

@@ -17,7 +17,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 from mmhybrid.utils import register_scope
-from mmhybrid.utils.distributed import setup_cpu_distributed
+from tools.cpu_distributed import setup_cpu_distributed
 
 DATA_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader',
              'val_evaluator', 'test_evaluator')

@@ -19,8 +19,8 @@ import torch
 from PIL import Image
 
 import mmhybrid  # noqa: F401  registers our models
-from _common import build_runner, load_config
-from mmhybrid.utils.toy_data import make_toy_ade20k, make_toy_coco
+from tools._common import build_runner, load_config
+from tools.toy_data import make_toy_ade20k, make_toy_coco
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 # the first is the reference: its pictures are saved, its backbone starts the

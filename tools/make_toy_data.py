@@ -7,7 +7,7 @@ import argparse
 import os.path as osp
 
 import mmhybrid  # noqa: F401
-from mmhybrid.utils.toy_data import make_toy_ade20k, make_toy_coco, make_toy_imagenet
+from tools.toy_data import make_toy_ade20k, make_toy_coco, make_toy_imagenet
 
 MAKERS = {'ade': make_toy_ade20k, 'coco': make_toy_coco, 'imagenet': make_toy_imagenet}
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) .venv/ with torch, mmengine, mmcv with compiled ops (built once
 # from the sdist, cached outside the repository), mmseg, mmdet, mmpretrain, diffusers
-# and mmhybrid in editable mode; a no-op once done. Knobs: PYTHON (default
+# and mmhybrid (with tools/) in editable mode; a no-op once done. Knobs: PYTHON (default
 # python3.11, else python3), MMHYBRID_VENV (.venv), MMHYBRID_TORCH (torch pip specs;
 # a base interpreter that has torch and torchvision lends them to the venv),
 # MMHYBRID_CACHE (where the mmcv wheel is kept, ~/.cache/mmhybrid).
@@ -76,14 +76,19 @@ fi
 log "installing the OpenMMLab stack and mmhybrid"
 "${PIP[@]}" "${STACK[@]}"
 "${PIP[@]}" -e "$ROOT[tests,sd]"
-# mmpretrain 1.2.0's multimodal models break with transformers >= 5 (which the
-# sd extra brings) and mmseg/mmdet import them: switch them off at interpreter
-# start, so upstream tools work without `import mmhybrid` (_mmhybrid_startup.py).
+# transformers >= 5 breaks mmpretrain 1.2.0's multimodal models, which mmseg and mmdet
+# import (docs/stable_diffusion.md). Venvs set up before 2026-11-28 got it with the sd
+# extra, and an interpreter-start hook that hid the break: remove both.
 site=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "import importlib.util as u; u.find_spec('_mmhybrid_startup') and __import__('_mmhybrid_startup')" \
-  > "$site/mmhybrid-startup.pth"
+rm -f "$site/mmhybrid-startup.pth"
+if "$VPY" -c 'import sys; from importlib.metadata import version
+sys.exit(int(version("transformers").split(".")[0]) < 5)' 2>/dev/null; then
+  log "removing transformers >= 5 (it breaks mmpretrain 1.2.0; see docs/stable_diffusion.md)"
+  "$VPY" -m pip uninstall -qq -y transformers
+fi
 "$VPY" -c 'from mmseg.utils import register_all_modules; register_all_modules()'
 "$VPY" -c 'import mmcv.ops, mmengine, mmseg, mmdet, mmpretrain, mmhybrid' >/dev/null
+(cd / && "$VPY" -c 'import tools._common')  # the installed tools, from anywhere
 rm -f "$VENV"/.mmhybrid-setup-*
 touch "$STAMP"
 log "ready: $VENV"

@@ -1,16 +1,16 @@
 """Evaluate a checkpoint with any mmseg, mmdet or mmpretrain config.
 
 ``--out``, ``--show-dir`` and ``--tta`` mean what they mean in the config's own
-package (:func:`_common.apply_test_options`). CHECKPOINT is your own file, read
+package (:func:`tools._common.apply_test_options`). CHECKPOINT is your own file, read
 trusted (``mmhybrid.utils.trusted_path``: Python objects in it are unpickled).
 """
 import argparse
 
 import mmhybrid  # noqa: F401  registers our models
-from _common import (ConfigError, apply_test_options, build_runner,
-                     check_checkpoint_paths, check_data, end_process_group,
-                     load_config, parse_with_launcher)
 from mmhybrid.utils import trusted_path
+from tools._common import (ConfigError, apply_test_options, build_runner,
+                           check_checkpoint_paths, check_data, end_process_group,
+                           load_config, parse_with_launcher)
 
 
 def parse_args():

@@ -11,10 +11,10 @@ import os
 from mmengine.device import get_device
 
 import mmhybrid  # noqa: F401  registers our models
-from _common import (ConfigError, build_runner, check_checkpoint_paths, check_data,
-                     check_work_dir, end_process_group, load_config,
-                     parse_with_launcher)
 from mmhybrid.utils import find_latest_checkpoint, trusted_path
+from tools._common import (ConfigError, build_runner, check_checkpoint_paths, check_data,
+                           check_work_dir, end_process_group, load_config,
+                           parse_with_launcher)
 
 
 def parse_args():

@@ -2,7 +2,7 @@
 
 A tiny Swin-ELFATT UPerNet (the real mmseg model, built from
 configs/elfatt/upernet_swin-t-elfatt_ade20k.py with a small width) is trained
-from scratch on the toy ADE20K set (mmhybrid.utils.toy_data; real
+from scratch on the toy ADE20K set (tools/toy_data.py; real
 ``ADE20KDataset`` and pipelines, through the mmengine ``Runner``) and scored on
 its validation split. Arms differ only in ``block_layout``; everything else
 (seed, data order, initialisation, schedule) is shared. Block sizes keep the
@@ -27,8 +27,8 @@ from mmengine.runner import Runner
 import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.layers import AttentionMixer, ELFATTAttention
 from mmhybrid.utils import register_scope
-from mmhybrid.utils.results import write_csv
-from mmhybrid.utils.toy_data import make_toy_ade20k
+from tools.results import write_csv
+from tools.toy_data import make_toy_ade20k
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIG = osp.join(ROOT, 'configs/elfatt/upernet_swin-t-elfatt_ade20k.py')

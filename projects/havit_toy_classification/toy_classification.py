@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmhybrid.models.backbones import HAViT
-from mmhybrid.utils.results import write_csv
+from tools.results import write_csv
 
 GRID, PATCH, MARKERS, CLASSES = 6, 4, 8, 5
 PALETTE = torch.tensor([[1., 0., 0.], [0., 0., 1.], [0., 1., 0.], [1., 1., 0.]])

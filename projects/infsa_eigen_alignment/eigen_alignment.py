@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from mmhybrid.ops.infsa import linear_infsa_weights, perron_vector
-from mmhybrid.utils.results import write_csv
+from tools.results import write_csv
 
 
 def ranks(x):

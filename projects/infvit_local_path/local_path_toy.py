@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmhybrid.models.backbones import InfViT
-from mmhybrid.utils.results import write_csv
+from tools.results import write_csv
 
 CLASSES = 3
 COLOURS = torch.tensor([[0., 0., 0.], [1., 0.2, 0.], [0., 0.2, 1.]])

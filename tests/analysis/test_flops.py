@@ -1,11 +1,10 @@
-"""FLOP counting (mmhybrid.analysis, tools/analysis/get_flops.py) against brute force.
+"""FLOP counting (tools/analysis/flops, get_flops.py) against brute force.
 
 Each op's count is checked against an independent count: torch's own
 ``FlopCounterMode`` (2 per multiply-add, no attention kernels on the CPU) on the
 same code or on a plain reference, or the multiplications of an explicit loop.
 """
 import functools
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 import mmhybrid.layers.mixers.gated_deltanet as gated_deltanet_module
-from mmhybrid.analysis import (Complexity, count_flops, delta_rule_macs,
-                               historical_attention_macs, register_flops,
-                               sliding_window_macs, wkv_macs)
-from mmhybrid.analysis.flop_counter import FLOP_FORMULAS
 from mmhybrid.layers import HistoricalAttention
 from mmhybrid.layers.mixers import (BidirectionalGatedDeltaNet, SlidingWindowAttention,
                                     SpatialMix)
@@ -33,6 +28,11 @@ from mmhybrid.ops.historical_attention import naive_historical_attention
 from mmhybrid.ops.infsa import naive_pure_infsa
 from mmhybrid.ops.tome import random_dst_mask
 from mmhybrid.ops.wkv import naive_bi_wkv
+from tools.analysis import get_flops
+from tools.analysis.flops import (Complexity, count_flops, delta_rule_macs,
+                                  historical_attention_macs, register_flops,
+                                  sliding_window_macs, wkv_macs)
+from tools.analysis.flops.flop_counter import FLOP_FORMULAS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -387,16 +387,8 @@ def test_stage_rows_add_up():
     assert rows[3][2]['attention'] > 0 and rows[1][2]['wkv'] > 0
 
 
-def load_tool():
-    spec = importlib.util.spec_from_file_location(
-        'get_flops', REPO / 'tools' / 'analysis' / 'get_flops.py')
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
 # the rows of configs/<family>/metafile.yml, as get_flops.py reads them
-_, PAPER_FIGURES, ARCH_FIGURES = load_tool().read_metafiles()
+_, PAPER_FIGURES, ARCH_FIGURES = get_flops.read_metafiles()
 
 
 def test_metafiles_name_existing_configs_and_every_family():
@@ -410,10 +402,9 @@ def test_metafiles_name_existing_configs_and_every_family():
 
 def test_get_flops_tool_on_a_detector(capsys):
     """A whole Mask R-CNN (mmdet's tensor mode needs image metas) per part."""
-    tool = load_tool()
-    tool.main([str(REPO / 'configs/sola/mask-rcnn_sola-t_fpn_1x_coco.py'),
-               '--shape', '64', '96', '--cfg-options',
-               'model.test_cfg.rpn.max_per_img=8'])
+    get_flops.main([str(REPO / 'configs/sola/mask-rcnn_sola-t_fpn_1x_coco.py'),
+                   '--shape', '64', '96', '--cfg-options',
+                   'model.test_cfg.rpn.max_per_img=8'])
     out = capsys.readouterr().out
     assert 'input 1x3x64x96' in out
     for row in ('backbone.stem', 'backbone.stage4', 'backbone', 'neck',
@@ -423,12 +414,11 @@ def test_get_flops_tool_on_a_detector(capsys):
 
 
 def test_get_flops_tool_bare_backbone_and_paper_row(capsys):
-    tool = load_tool()
-    tool.main(['--arch', 'SoLAVision', 't', '--shape', '32'])
+    get_flops.main(['--arch', 'SoLAVision', 't', '--shape', '32'])
     out = capsys.readouterr().out
     assert "arch='t'" in out and '| stage3 |' in out and '| total |' in out
     entry = next(e for e in PAPER_FIGURES if e['model'] == 'SoLA-T')
-    params, flops, no_sdpa = tool.paper_row(dict(entry, shape=(64, 64)))
+    params, flops, no_sdpa = get_flops.paper_row(dict(entry, shape=(64, 64)))
     model = SoLAVision(arch='t', out_indices=(3, )).eval()  # as sola-t_in1k.py
     counted = count_flops(model, torch.randn(1, 3, 64, 64))
     assert params * 1e6 == sum(p.numel() for p in model.parameters())
@@ -439,17 +429,16 @@ def test_get_flops_tool_bare_backbone_and_paper_row(capsys):
 def test_get_flops_tool_arch_options_and_arch_table(capsys, monkeypatch):
     """--arch passes --cfg-options to the backbone; --arch-tables counts the
     ARCH_FIGURES entries (here the HAViT paper model, 32^2 with patch 4)."""
-    tool = load_tool()
     entry = next(e for e in ARCH_FIGURES if e['model'].startswith('HAViT (paper'))
     model = HAViT(arch='paper', img_size=32, patch_size=4).eval()
     params = sum(p.numel() for p in model.parameters())
     counted = count_flops(model, torch.randn(1, 3, 32, 32))
-    tool.main(['--arch', 'HAViT', 'paper', '--shape', '32', '--cfg-options',
-               'patch_size=4', 'img_size=32'])
+    get_flops.main(['--arch', 'HAViT', 'paper', '--shape', '32', '--cfg-options',
+                   'patch_size=4', 'img_size=32'])
     out = capsys.readouterr().out
     assert f'| total | {params / 1e6:.3f} | {counted.total() / 1e9:.3f} |' in out
-    monkeypatch.setattr(tool, 'ARCH_FIGURES', [entry])
-    tool.main(['--arch-tables'])
+    monkeypatch.setattr(get_flops, 'ARCH_FIGURES', [entry])
+    get_flops.main(['--arch-tables'])
     out = capsys.readouterr().out.splitlines()
     kinds = counted.by_kind()
     assert out[0] == ('| model | backbone | input | params (M) | GFLOPs | of which '
@@ -471,7 +460,7 @@ ELFATT_TABLE1 = [
 
 @pytest.mark.parametrize('entry', ELFATT_TABLE1)
 def test_flops_next_to_elfatt_table1(entry):
-    params, flops, no_sdpa = load_tool().paper_row(entry)
+    params, flops, no_sdpa = get_flops.paper_row(entry)
     paper, paper_fa = entry['flops'], entry['flops_fa']
     print(f"{entry['model']}: {params:.2f}M, {flops:.3f} GFLOPs (Table 1: "
           f"{paper}G, {100 * (flops / paper - 1):+.1f}%), without SDPA {no_sdpa:.3f}"

@@ -1,20 +1,13 @@
 """tools/analysis/visualize_features.py on tiny inputs: PNGs and ERF arrays."""
-import importlib.util
 from pathlib import Path
 
 import cv2
 import numpy as np
 import torch
 
+from tools.analysis import visualize_features
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location(
-        '_visualize_features', ROOT / 'tools/analysis/visualize_features.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _check_outputs(out, num_outputs, size):
@@ -28,8 +21,9 @@ def _check_outputs(out, num_outputs, size):
 
 def test_registered_backbone_generated_images(tmp_path):
     out = tmp_path / 'sola'
-    erfs = _tool().main(['--backbone', 'SoLAVision', '--arch', 't', '--size', '48', '40',
-                         '--num-images', '2', '--out', str(out)])
+    erfs = visualize_features.main(['--backbone', 'SoLAVision', '--arch', 't',
+                                    '--size', '48', '40', '--num-images', '2',
+                                    '--out', str(out)])
     saved = _check_outputs(out, 4, (48, 40))
     np.testing.assert_allclose(saved, np.stack(erfs))
     # stage 1 sees its own 4x4 patch most: the ERF peaks in the centre patch
@@ -41,9 +35,8 @@ def test_registered_backbone_generated_images(tmp_path):
 
 
 def test_config_backbone_with_checkpoint_and_image(tmp_path, toy_data):
-    tool = _tool()
     config = ROOT / 'configs/sola/upernet_sola-t_ade20k.py'
-    model, mean, _ = tool.build_backbone(str(config))
+    model, mean, _ = visualize_features.build_backbone(str(config))
     assert mean == (123.675, 116.28, 103.53)  # the config's data preprocessor
     for p in model.parameters():
         p.data.normal_(0, 0.05)
@@ -51,8 +44,8 @@ def test_config_backbone_with_checkpoint_and_image(tmp_path, toy_data):
     torch.save(model.state_dict(), ckpt)
     image = next(Path(toy_data['ade'], 'images/validation').glob('*.jpg'))
     out = tmp_path / 'from_config'
-    tool.main([str(config), '--checkpoint', str(ckpt), '--image', str(image),
-               '--size', '32', '--out', str(out), '--options', 'out_indices=1,3'])
+    visualize_features.main([str(config), '--checkpoint', str(ckpt), '--image', str(image),
+                            '--size', '32', '--out', str(out), '--options', 'out_indices=1,3'])
     _check_outputs(out, 2, (32, 32))
-    loaded, _, _ = tool.build_backbone(str(config), checkpoint=str(ckpt))
+    loaded, _, _ = visualize_features.build_backbone(str(config), checkpoint=str(ckpt))
     torch.testing.assert_close(loaded.pos_embed, model.pos_embed)

@@ -4,7 +4,7 @@ import torch.nn as nn
 
 from mmhybrid.engine import PlainGroupsOptimWrapperConstructor
 from mmhybrid.engine.optim_wrapper_constructor import no_weight_decay_names
-from tests._tiny_backbones import build_tiny
+from tools.tiny_backbones import build_tiny
 
 
 def _groups(model, **paramwise_cfg):

@@ -8,7 +8,7 @@ from mmhybrid.layers.mixers import (BidirectionalGatedDeltaNet, SoftmaxAttention
                                     SpatialMix, mixer_options)
 from mmhybrid.models.backbones import InfViT, SoLAVision, SwinELFATT
 from mmhybrid.registry import MIXERS
-from tests._tiny_backbones import build_tiny
+from tools.tiny_backbones import build_tiny
 
 SHIPPED = {
     'softmax': 'S', 'wkv': 'L', 'gated_deltanet': 'G', 'sliding_window': 'W',

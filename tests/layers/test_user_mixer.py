@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests._tiny_backbones import tiny_backbone
+from tools.tiny_backbones import tiny_backbone
 from tests._tiny_toy_config import write_tiny_toy_config
 
 ROOT = Path(__file__).resolve().parents[2]

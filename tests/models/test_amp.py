@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 import mmhybrid  # noqa: F401
 
-from tests._tiny_backbones import NAMES, build_tiny
+from tools.tiny_backbones import NAMES, build_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 INPUTS = {'plain': ((2, 3, 64, 64), 1.), 'x100': ((2, 3, 64, 64), 100.),

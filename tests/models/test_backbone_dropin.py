@@ -10,8 +10,8 @@ import mmhybrid  # noqa: F401
 from mmhybrid.models.backbones.base_backbone import parse_out_indices
 from mmhybrid.utils import swap_backbone
 
-from tests._tiny_backbones import NAMES, build_tiny, tiny_backbone
 from tests.tools.test_upstream_configs import build, narrow, upstream_config
+from tools.tiny_backbones import NAMES, build_tiny, tiny_backbone
 
 def test_parse_out_indices_forms_and_errors():
     assert parse_out_indices(2, 4) == (2, )

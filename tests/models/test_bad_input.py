@@ -3,7 +3,7 @@
 Checkpoint files: tests/utils/test_checkpoints.py. The messages are listed in
 docs/design.md ("Errors and bad input").
 """
-import importlib.util
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -151,19 +151,11 @@ def test_init_cfg_missing_file(tmp_path):
 
 
 # ------------------------------------------------------------ tools/train.py
-def _tool(name):
-    spec = importlib.util.spec_from_file_location(f'_tool_{name}',
-                                                  ROOT / 'tools' / f'{name}.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_tool(name, monkeypatch, *args):
     """``main()`` of tools/<name>.py with ``args``; returns SystemExit's text."""
     monkeypatch.setattr(sys, 'argv', [f'{name}.py', *map(str, args)])
     with pytest.raises(SystemExit) as exit_info:
-        _tool(name).main()
+        importlib.import_module(f'tools.{name}').main()
     return str(exit_info.value.code)
 
 

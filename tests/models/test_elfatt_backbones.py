@@ -15,7 +15,7 @@ from mmhybrid.models.backbones import CSWin, SwinELFATT
 from mmhybrid.utils import register_scope
 
 from tests._downstream import downstream_model_cfg
-from tests._tiny_backbones import ARCHS
+from tools.tiny_backbones import ARCHS
 
 TINY = {SwinELFATT: ARCHS['SwinELFATT'], CSWin: ARCHS['CSWin']}
 TINY_BLOCKS = (4, 4, 16, 4)  # 2x2, 2x2, 4x4, 2x2 windows

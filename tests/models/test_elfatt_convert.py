@@ -17,7 +17,7 @@ from mmhybrid.models.backbones import CSWin, SwinELFATT
 from mmhybrid.models.utils import (convert_checkpoint_file, convert_cswin,
                                    convert_swin, load_pretrained)
 from mmhybrid.utils import register_scope
-from tests._tiny_backbones import ARCHS
+from tools.tiny_backbones import ARCHS
 
 ROOT = Path(__file__).resolve().parents[2]
 SWIN, CSWIN = ARCHS['SwinELFATT'], ARCHS['CSWin']

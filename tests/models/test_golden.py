@@ -11,14 +11,13 @@ output and per gradient, dot products with fixed random vectors (a sketch: any
 change of a value changes them), not the tensors themselves.
 
 Record (only when a change of the function is intended, and say so in the
-commit): ``python tests/models/test_golden.py``.
+commit), from the repository root: ``python -m tests.models.test_golden``.
 """
 import gzip
 import json
 import os
 import sys
 import zlib
-from pathlib import Path
 
 import pytest
 import torch
@@ -185,6 +184,5 @@ def record(names):
 
 
 if __name__ == '__main__':
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     torch.set_num_threads(1)
     record(sys.argv[1:] or list(CASES))

@@ -9,7 +9,7 @@ from mmhybrid.layers.mixers import SoftmaxAttention
 from mmhybrid.models.backbones import HAViT, InfViT, SoLAVision, SwinELFATT
 from mmhybrid.ops.historical_attention import naive_historical_attention
 from mmhybrid.utils import register_scope
-from tests._tiny_backbones import ARCHS
+from tools.tiny_backbones import ARCHS
 
 HISTORY = dict(alpha=0.45, init='random')
 SOLA = dict(embed_dims=(16, 16, 32, 32), schedule='LL/LL/LSLS/LS',

@@ -11,7 +11,7 @@ from mmhybrid.models.distillers import (LinearizationDistiller, blocks_per_stage
                                         pair_layers)
 from mmhybrid.models.distillers.layer_pairs import teacher_index
 from mmhybrid.registry import build_model
-from tests._tiny_backbones import TINY_BACKBONES
+from tools.tiny_backbones import TINY_BACKBONES
 
 ARCH = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 2, 4, 4))
 SWIN = dict(type='SwinELFATT', attn='local', downsample='linear', arch=ARCH,

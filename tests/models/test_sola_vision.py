@@ -9,15 +9,15 @@ from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
-from mmhybrid.analysis import count_flops
-from mmhybrid.layers.mixer_layout import letters_of
 from mmhybrid.layers import HiddenStateBridge
 from mmhybrid.layers.mixers import SoftmaxAttention, SpatialMix
 from mmhybrid.layers.hidden_state_bridge import equidistant_sample
+from mmhybrid.layers.mixer_layout import letters_of
 from mmhybrid.models.backbones import SoLAVision
 from mmhybrid.registry import MODELS
 
 from tests._downstream import downstream_model_cfg
+from tools.analysis.flops import count_flops
 
 T_ROUTES = (((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2)))
 TINY = dict(embed_dims=(16, 16, 32, 32), schedule='LL/LL/LLSLLS/LS',

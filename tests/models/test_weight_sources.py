@@ -17,7 +17,7 @@ import torch
 from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope
 
-import mmhybrid  # noqa: F401  (registers ours, switches off mmpretrain multimodal)
+import mmhybrid  # noqa: F401  (registers ours)
 from mmhybrid.models.backbones import CSWin, HAViT, InfViT, SwinELFATT
 from mmhybrid.models.utils import (detect_format, resize_pos_embed,
                                    resize_rel_pos_bias_table)
@@ -600,7 +600,7 @@ def test_sola_in1k_pretraining_then_upernet_fine_tune(toy_data, tmp_path):
     from tests._tiny_toy_config import SOLA, write_tiny_toy_config
     from tests._toy_runner import build_toy_runner, toy_config
 
-    from _common import build_runner, load_config, set_data_root
+    from tools._common import build_runner, load_config, set_data_root
     cfg = toy_config(ROOT / 'configs/sola/sola-t_in1k.py', toy_data,
                      tmp_path / 'in1k', iters=2, validate=False)
     cfg.model.backbone.arch = SOLA['arch']

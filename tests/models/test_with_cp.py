@@ -5,7 +5,7 @@ import torch
 
 import mmhybrid  # noqa: F401
 
-from tests._tiny_backbones import NAMES, build_tiny
+from tools.tiny_backbones import NAMES, build_tiny
 
 
 @pytest.mark.parametrize('name', NAMES)

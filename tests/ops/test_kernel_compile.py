@@ -1,6 +1,6 @@
 """Every Triton kernel compiles for A100 (sm_80) and H100 (sm_90) without a GPU, with
 no register spills and shared memory within the per-block limit
-(mmhybrid.ops.compile_check). The default run compiles a sample that covers every
+(tools/analysis/compile_check.py). The default run compiles a sample that covers every
 kernel once (results cached on disk by kernel source hash and configuration); the
 full sweep, every dtype x head dim x target, is marked slow.
 """
@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip('triton')
 
-from mmhybrid.ops import compile_check  # noqa: E402
+from tools.analysis import compile_check  # noqa: E402
 
 # (op, dtype, shape, target): the largest tiles of each kernel family, spread over
 # both targets; every kernel of every fused module is in it (checked below)

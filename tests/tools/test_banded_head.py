@@ -5,10 +5,8 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import ConfigDict
 
-import tests._deploy_tool  # noqa: F401  (tools/deploy on the path)
-
-from banded_head import banded_logits, banded_predict, resize_rows  # noqa: E402
-from cases import tiny_upernet  # noqa: E402
+from tools.deploy.banded_head import banded_logits, banded_predict, resize_rows
+from tools.deploy.cases import tiny_upernet
 
 
 @pytest.mark.parametrize('align_corners', [False, True])

@@ -99,8 +99,7 @@ def test_gemm_profile_counts_the_matmuls_it_executes():
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
-    sys.path.insert(0, str(ROOT / 'tools' / 'benchmarks'))
-    from backbones import gemm_profile
+    from tools.benchmarks.backbones import gemm_profile
 
     class Net(nn.Module):
         def __init__(self):

@@ -113,16 +113,15 @@ ENDS_ITS_GROUP = '''
 import os
 import sys
 import torch.distributed as dist
-sys.path.insert(0, {tools!r})
-import test, train
+from tools import test, train
 def gloo_threads():
     return sum('gloo' in open(f'/proc/self/task/{{task}}/comm').read()
                for task in os.listdir('/proc/self/task'))
-for tool, argv in ((train, {train_argv!r}), (test, {test_argv!r})):
+for name, tool, argv in (('train', train, {train_argv!r}), ('test', test, {test_argv!r})):
     sys.argv = argv
     tool.main()
-    print(tool.__name__, 'leaves a process group:', dist.is_initialized())
-    print(tool.__name__, 'leaves gloo threads:', gloo_threads())
+    print(name, 'leaves a process group:', dist.is_initialized())
+    print(name, 'leaves gloo threads:', gloo_threads())
 '''
 
 
@@ -137,7 +136,6 @@ def test_train_and_test_end_their_process_group(config, toy_data, tmp_path):
                OMP_NUM_THREADS='1')
     options = ['--launcher', 'pytorch', '--cfg-options', f'data_root={toy_data["ade"]}']
     script = ENDS_ITS_GROUP.format(
-        tools=str(ROOT / 'tools'),
         train_argv=['train.py', str(config), '--work-dir', str(tmp_path / 'train'),
                     *options],
         test_argv=['test.py', str(config), str(tmp_path / f'train/iter_{ITERS}.pth'),

@@ -12,13 +12,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tests._deploy_tool import load_export_tool
+from tools.deploy import export, exportable
+from tools.deploy.cases import NAMES, build_case, upernet_logits
 
-# tools/deploy, on the path now
-from cases import NAMES, build_case, upernet_logits  # noqa: E402
-import exportable  # noqa: E402
-
-export = load_export_tool()
 onnx = pytest.importorskip('onnxruntime')
 
 SHAPE = (96, 128)  # export size (3 x 4 tokens at stride 32); checks at three others

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests._deploy_tool import load_export_tool
-
-from cases import MASK_RCNN, mask_rcnn_detections, narrow_mask_rcnn  # noqa: E402
-from exportable import build  # noqa: E402
+from tools.deploy import export
+from tools.deploy.cases import MASK_RCNN, mask_rcnn_detections, narrow_mask_rcnn
+from tools.deploy.exportable import build
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip('onnxruntime')
@@ -22,7 +21,7 @@ pytest.importorskip('onnxruntime')
 @pytest.mark.parametrize('mask, nms_pre', [(True, 1000), (False, 1000), (True, 40),
                                            (True, -1)])
 def test_graph_equals_mmdet_predict(mask, nms_pre):
-    from detector_graph import matched_error, mmdet_detections
+    from tools.deploy.detector_graph import matched_error, mmdet_detections
     graph = mask_rcnn_detections(0, mask=mask, nms_pre=nms_pre)
     assert graph.detector.roi_head.with_mask == mask
     for batch, shape in [(2, (96, 128)), (1, (130, 97)), (3, (64, 192))]:
@@ -35,7 +34,7 @@ def test_graph_equals_mmdet_predict(mask, nms_pre):
 
 
 def test_graph_without_detections():
-    from detector_graph import mmdet_detections
+    from tools.deploy.detector_graph import mmdet_detections
     graph = mask_rcnn_detections(0, score_thr=0.99)
     x = torch.randn(2, 3, 96, 128)
     with torch.no_grad():
@@ -46,7 +45,7 @@ def test_graph_without_detections():
 
 
 def test_matched_error_pairs_swapped_detections():
-    from detector_graph import matched_error
+    from tools.deploy.detector_graph import matched_error
     gen = torch.Generator().manual_seed(0)
     dets, labels = torch.rand(2, 5, 5, generator=gen) * 50, torch.randint(
         0, 3, (2, 5), generator=gen)
@@ -67,7 +66,6 @@ def test_matched_error_pairs_swapped_detections():
 
 
 def test_mask_rcnn_dynamic_onnx(tmp_path):
-    export = load_export_tool()
     graph = mask_rcnn_detections(seed=1)
     ok, lines = export.export_and_check(graph, (96, 128), str(tmp_path / 'm.onnx'))
     assert ok, '\n'.join(lines)
@@ -87,7 +85,6 @@ def test_mask_rcnn_dynamic_onnx(tmp_path):
 
 
 def test_detector_part_refusals(tmp_path):
-    export = load_export_tool()
     with pytest.raises(SystemExit, match='RPN head'):
         build(str(ROOT / 'configs/sola/upernet_sola-t_ade20k.py'), part='detector')
     cascade = 'mmdet::cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py'

@@ -3,7 +3,6 @@
 (``mmseg.apis.init_model``, ``mmdet.apis.init_detector``) under torch's
 weights-only default, nothing edited or trusted; tools/test.py's upstream
 ``--out``, ``--show-dir`` and ``--tta`` on the same checkpoints."""
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -12,8 +11,9 @@ import mmengine
 import pytest
 import torch
 
-from _common import ConfigError, apply_test_options, load_config
 from tests._toy_runner import build_toy_runner, toy_config
+from tools import test as test_tool
+from tools._common import ConfigError, apply_test_options, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {'seg': ROOT / 'configs/sola/demo/upernet_sola-t_toy-ade.py',
@@ -75,13 +75,6 @@ def test_mmdet_init_detector(trained, toy_data):
     assert result.pred_instances.bboxes.shape[-1] == 4
 
 
-def _test_tool():
-    spec = importlib.util.spec_from_file_location('_tool_test', ROOT / 'tools/test.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_seg_out_show_dir_tta(trained, toy_data, tmp_path, monkeypatch):
     config = tmp_path / 'tta.py'  # a user's small TTA (the ADE20K base one is 12 passes)
     config.write_text(f"""_base_ = [{str(CONFIGS['seg'])!r}]
@@ -101,7 +94,7 @@ visualizer = dict(name='visualizer_seg_tta')
         '--out', str(out), '--show-dir', str(show), '--tta', '--cfg-options',
         f'data_root={toy_data["ade"]}', 'test_dataloader.num_workers=0',
         'test_dataloader.persistent_workers=False'])
-    metrics = _test_tool().main()
+    metrics = test_tool.main()
     assert 0 <= metrics['mIoU'] <= 100
     images = sorted(Path(toy_data['ade'], 'images/validation').glob('*.jpg'))
     labels = sorted(out.glob('*.png'))
@@ -124,7 +117,7 @@ def test_det_out_show_dir_tta(trained, toy_data, tmp_path, monkeypatch):
         'test_dataloader.persistent_workers=False',
         # mmengine keeps visualizers by name per process: not a seg test's one
         'visualizer.name=visualizer_det_tta'])
-    _test_tool().main()  # metrics: {} (one training iteration predicts no box)
+    test_tool.main()  # metrics: {} (one training iteration predicts no box)
     images = list(Path(toy_data['coco'], 'val2017').glob('*.jpg'))
     predictions = mmengine.load(out)
     assert len(predictions) == len(images)

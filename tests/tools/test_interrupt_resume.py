@@ -26,11 +26,11 @@ import torch
 from mmengine.runner.checkpoint import save_checkpoint
 
 import mmhybrid  # noqa: F401
-from _common import build_runner, load_config
 from mmhybrid.engine.hooks.checkpoint_hook import ATOMIC_BACKEND
 from mmhybrid.utils.checkpoint import find_latest_checkpoint, is_intact
 
 from tests._tiny_toy_config import write_tiny_toy_config
+from tools._common import build_runner, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 ITERS = 6
@@ -49,7 +49,6 @@ def fsync(fd):
 
 os.fsync = fsync
 sys.argv = sys.argv[1:]
-sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))  # as for a script
 runpy.run_path(sys.argv[0], run_name='__main__')
 '''
 

@@ -26,7 +26,7 @@ import mmhybrid  # noqa: F401
 from mmhybrid.utils import register_scope, swap_backbone
 
 from tests._toy_runner import fewer_proposals
-from tests._tiny_backbones import tiny_backbone
+from tools.tiny_backbones import tiny_backbone
 
 SIZE = {'mmseg': 64, 'mmdet': 128, 'mmpretrain': 64}
 WIDTH_KEYS = ('in_channels', 'out_channels', 'channels', 'feat_channels',

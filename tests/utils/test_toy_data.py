@@ -4,8 +4,7 @@ import pytest
 from mmengine.registry import init_default_scope
 
 from mmhybrid.utils import register_scope
-from mmhybrid.utils.toy_data import (ADE_NAMES, COCO_NAMES, draw_scene,
-                                     make_toy_ade20k)
+from tools.toy_data import ADE_NAMES, COCO_NAMES, draw_scene, make_toy_ade20k
 
 
 def test_scene_is_deterministic():

@@ -10,7 +10,7 @@
 
 FLOPs are multiply-adds as fvcore / mmengine's ``get_flops`` count them, plus
 scaled-dot-product attention and the registered formulas of custom ops
-(``mmhybrid/analysis``), on one random image. Whole models run in upstream's
+(``tools/analysis/flops``), on one random image. Whole models run in upstream's
 ``mode='tensor'``, as mmseg/mmdet/mmpretrain's own get_flops do.
 ``--paper-tables`` / ``--arch-tables`` print the tables of docs/benchmarks.md
 from ``configs/<family>/metafile.yml`` (``Paper Figures`` and ``Backbone`` entries).
@@ -19,18 +19,16 @@ import argparse
 import glob
 import logging
 import os.path as osp
-import sys
 
 import mmengine
 import torch
 from mmengine.config import DictAction
 from mmengine.logging import MMLogger
 
-from mmhybrid.analysis import Complexity
+from tools.analysis.flops import Complexity
+from tools.deploy.exportable import build  # the tools' one model builder
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, osp.join(REPO, 'tools', 'deploy'))
-from exportable import build  # noqa: E402  the tools' one model builder
 PLAIN_KINDS = {'matmul', 'conv', 'norm', 'resample'}
 
 

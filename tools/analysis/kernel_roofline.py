@@ -2,7 +2,7 @@
 
 No GPU is needed: every launch of an op (forward + backward) at SoLA / ELFATT /
 InfViT stage shapes is recorded from its wrapper and compiled for sm_80 and sm_90
-(:mod:`mmhybrid.ops.compile_check`). Per kernel, the larger of two **estimated**
+(:mod:`tools.analysis.compile_check`). Per kernel, the larger of two **estimated**
 times: bandwidth-bound, the bytes of the distinct tensors the compiled code reads
 (PTX ``ld.param``), each read or written once, over HBM bandwidth; issue-bound,
 static SASS instructions per tile (``cuobjdump -sass``; includes code a warp
@@ -18,8 +18,8 @@ import sys
 
 import torch
 
-from mmhybrid.ops import compile_check
-from mmhybrid.utils.results import write_csv
+from tools.analysis import compile_check
+from tools.results import write_csv
 
 GPUS = {'A100': (2.0e12, 108, 1.41e9, 312e12),  # HBM B/s, SMs, clock, bf16 FLOP/s
         'H100': (3.35e12, 132, 1.755e9, 989e12)}

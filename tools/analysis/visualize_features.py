@@ -26,7 +26,7 @@ import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.models.backbones import BaseBackbone
 from mmhybrid.models.utils import load_pretrained
 from mmhybrid.registry import MODELS
-from mmhybrid.utils.toy_data import draw_scene
+from tools.toy_data import draw_scene
 
 matplotlib.use('Agg')  # files only, no display
 from matplotlib import pyplot as plt  # noqa: E402

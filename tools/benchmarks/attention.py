@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from common import fwd_bwd, report, torch_dtype
+from tools.benchmarks.common import fwd_bwd, report, torch_dtype
 
 # stage-1 maps of 224^2, 384^2, 512^2, 512x1024, 512x2048, 1024^2
 SHAPES = [(56, 56), (96, 96), (128, 128), (128, 256), (128, 512), (256, 256)]

@@ -10,8 +10,8 @@ import time
 
 import torch
 
-from common import (ROOT, malloc_env, process_peak_mib, report, run_child, min_time,
-                    torch_dtype)
+from tools.benchmarks.common import (ROOT, malloc_env, min_time, process_peak_mib, report,
+                                     run_child, torch_dtype)
 
 MMSEG = 'mmseg::{0}/{0}-{1}_upernet_8xb2-160k_ade20k-512x512.py'
 MODELS = {
@@ -157,7 +157,7 @@ def single(case, args):
                peak_mb=process_peak_mib(device),
                params_m=sum(p.numel() for p in module.parameters()) / 1e6)
     if case['extras']:
-        from mmhybrid.analysis import count_flops
+        from tools.analysis.flops import count_flops
         row.update(gmacs=count_flops(module, x).total() / 1e9,
                    global_share=global_softmax_share(module, x),
                    **gemm_profile(module, x))

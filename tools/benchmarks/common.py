@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from mmhybrid.utils.results import write_csv
+from tools.results import write_csv
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 # glibc page-faults in fresh mmaps for blocks above its mmap threshold (<= 32 MB) on

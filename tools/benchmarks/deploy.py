@@ -19,15 +19,13 @@ model's larger sizes are not run; ``--append`` keeps the rows already in the CSV
 """
 import csv
 import os.path as osp
-import sys
 import tempfile
 import time
 
 import torch
 
-from common import ROOT, min_time, process_peak_mib, report, run_child
+from tools.benchmarks.common import min_time, process_peak_mib, report, run_child
 
-sys.path.insert(0, osp.join(ROOT, 'tools', 'deploy'))
 RUNTIMES = ('eager', 'compile', 'onnxruntime')
 REPEAT = 5
 SLIDE = dict(mode='slide', crop_size=(512, 512), stride=(341, 341))
@@ -58,9 +56,9 @@ def add_arguments(p):
 
 def runtime_case(runtime, args):
     """One runtime on ``--model`` in this process."""
-    from exportable import build
-    from export import _as_tuple, export_onnx, onnx_runner, relative_error
-    model = build(args.model, args.checkpoint, args.part, args.cfg_options)
+    from tools.deploy.export import (_as_tuple, build_model, export_onnx, onnx_runner,
+                                     relative_error)
+    model = build_model(args.model, args.checkpoint, args.part, args.cfg_options)
     x = torch.randn(1, 3, *args.shape)
     base, start = process_peak_mib('cpu'), time.perf_counter()
     if runtime == 'onnxruntime':
@@ -83,8 +81,8 @@ def runtime_case(runtime, args):
 
 def whole_image_case(model_cfg, mode, size):
     """One inference call of a segmentor config at size x size in this process."""
-    from banded_head import banded_predict
-    from exportable import build
+    from tools.deploy.banded_head import banded_predict
+    from tools.deploy.exportable import build
     from mmengine.config import ConfigDict
     model = build(model_cfg, part='model')
     model.test_cfg = ConfigDict(SLIDE if mode == 'slide' else dict(mode='whole'))

@@ -2,7 +2,7 @@
 memory (GPU: max allocated, CPU: process RSS) against resolution, a process each."""
 import torch
 
-from common import min_time, process_peak_mib, report, run_child, torch_dtype
+from tools.benchmarks.common import min_time, process_peak_mib, report, run_child, torch_dtype
 
 MODELS = {'linear': 'L', 'pure': 'P', 'vit': 'S'}
 REPEAT = 1

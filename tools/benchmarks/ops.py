@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from common import fwd_bwd, min_time, report, torch_dtype
+from tools.benchmarks.common import fwd_bwd, min_time, report, torch_dtype
 
 # (channels, heads, downsampling) per stage of the backbone each op serves
 PYRAMID_T = [(96, 3, 4), (128, 4, 8), (192, 6, 16), (256, 8, 32)]
@@ -35,7 +35,7 @@ def add_arguments(p):
 
 def make_case(op, backend, B, hw, C, heads, device, dtype):
     """(function of the tensors, tensors, parameters with gradients, MACs)."""
-    from mmhybrid import analysis as A
+    from tools.analysis import flops as A
     from mmhybrid import ops as O
     N, d, kw = hw[0] * hw[1], C // heads, {'backend': backend} if backend else {}
 

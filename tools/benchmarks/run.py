@@ -6,18 +6,14 @@ import argparse
 import importlib
 import json
 import os
-import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-if not os.environ.get('PYTHONPATH'):  # this checkout's mmhybrid, not an installed one
-    sys.path.insert(1, osp.dirname(osp.dirname(sys.path[0])))
 SUITES = ('backbones', 'ops', 'attention', 'infvit', 'sd', 'deploy')
 
 
 def main(argv=None):
     import torch
-    from common import malloc_env, malloc_mode
+    from tools.benchmarks.common import malloc_env, malloc_mode
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument('--suite', choices=SUITES)
     suite = pre.parse_known_args(argv)[0].suite
@@ -32,7 +28,7 @@ def main(argv=None):
                    help='glibc allocator setting (default: as this process started)')
     p.add_argument('--out', help='default: work_dirs/benchmarks/SUITE')
     p.add_argument('--single', help=argparse.SUPPRESS)  # one case, JSON in and out
-    module = importlib.import_module(suite) if suite else None
+    module = importlib.import_module(f'tools.benchmarks.{suite}') if suite else None
     if module:
         module.add_arguments(p.add_argument_group(f'suite {suite}'))
     args = p.parse_args(argv)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from common import min_time, peak_mib, report, torch_dtype
+from tools.benchmarks.common import min_time, peak_mib, report, torch_dtype
 
 SD15_UNET = dict(
     sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,

@@ -1,53 +1,42 @@
 """The tiny backbones of every family and attention plan, and two whole models, for
 the deploy checks.
 
-Real architectures at small widths (same layers, ops and code paths as the paper
-sizes): SoLA with its four layer letters (L: WKV, S: softmax, G: gated delta rule,
-W: sliding window), InfiniteVL, Swin- and CSWin-ELFATT with each attention plan,
-InfViT (pure, linear and mixed) and HAViT; a real mmseg UPerNet and our SoLA Mask
-R-CNN config with narrow heads on the smallest SoLA (``WHOLE_MODELS``, as
-``tools/deploy/export.py`` exports them). ``build_case(name)`` returns the module in
-eval mode.
+Variants of ``tools/tiny_backbones.py`` (real architectures at small widths: same
+layers, ops and code paths as the paper sizes): SoLA with its four layer letters (L:
+WKV, S: softmax, G: gated delta rule, W: sliding window), InfiniteVL, Swin- and
+CSWin-ELFATT with each attention plan, InfViT (pure and linear) and HAViT; a real
+mmseg UPerNet and our SoLA Mask R-CNN config with narrow heads on the smallest SoLA
+(``WHOLE_MODELS``, as ``tools/deploy/export.py`` exports them). ``build_case(name)``
+returns the module in eval mode.
 """
 from pathlib import Path
 
-SOLA_ROUTES = (((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2)))
-DIMS = (16, 16, 32, 32)
-VIT = dict(embed_dims=32, depth=3, num_heads=4, mlp_ratio=2.)
-HAVIT = dict(type='mmhybrid.HAViT', arch=VIT, img_size=32, patch_size=8,
-             drop_path_rate=0., out_type='featmap')
+from tools.deploy.exportable import SegmentorLogits, build
+from tools.tiny_backbones import TINY_BACKBONES
+
+SOLA, INFINITEVL, HAVIT, INFVIT = (TINY_BACKBONES[name] for name in (
+    'SoLAVision', 'InfiniteVLVision', 'HAViT', 'InfViT'))
+DIMS = SOLA['arch']['embed_dims']
+SMALL_HAVIT = dict(HAVIT, img_size=32, patch_size=8, out_indices=(-1, ),
+                   arch=dict(HAVIT['arch'], depth=3))
 
 CASES = {
     # the smallest SoLA with every part (WKV, softmax, a Hidden State Bridge)
-    'sola-min': dict(type='mmhybrid.SoLAVision', head_dim=16, drop_path_rate=0.,
-                     arch=dict(embed_dims=DIMS, schedule='L/L/LS/L',
-                               hsb_routes=(((1, 1), (3, 2)), ))),
-    'sola-LS': dict(type='mmhybrid.SoLAVision', head_dim=16, drop_path_rate=0.,
-                    arch=dict(embed_dims=DIMS, schedule='LL/LL/LLSLLS/LS',
-                              hsb_routes=SOLA_ROUTES)),
-    'sola-GWS': dict(type='mmhybrid.SoLAVision', head_dim=8, window_size=3,
-                     drop_path_rate=0.,
+    'sola-min': dict(SOLA, arch=dict(SOLA['arch'], schedule='L/L/LS/L',
+                                     hsb_routes=(((1, 1), (3, 2)), ))),
+    'sola-LS': SOLA,
+    'sola-GWS': dict(SOLA, head_dim=8, window_size=3,
                      arch=dict(embed_dims=DIMS, schedule='GG/WG/GGSWGS/GS')),
-    'infinitevl': dict(type='mmhybrid.InfiniteVLVision', head_dim=8, window_size=3,
-                       drop_path_rate=0.,
-                       arch=dict(embed_dims=DIMS, schedule='WG/GG/WGGGWG/GG')),
-    **{f'infvit-{name}': dict(type='mmhybrid.InfViT', img_size=64, drop_path_rate=0.,
-                              out_indices=(0, 1, 2, 3),
-                              arch=dict(VIT, depth=4, attn_types=name[0].upper()))
+    'infinitevl': dict(INFINITEVL, head_dim=8,
+                       arch=dict(INFINITEVL['arch'], schedule='WG/GG/WGGGWG/GG')),
+    **{f'infvit-{name}': dict(INFVIT, arch=dict(INFVIT['arch'], attn_types=name[0].upper()))
        for name in ('pure', 'linear')},
-    'havit': HAVIT,
-    'havit-zero': dict(HAVIT, history=dict(alpha=0.45, init='zero')),
+    'havit': SMALL_HAVIT,
+    'havit-zero': dict(SMALL_HAVIT, history=dict(alpha=0.45, init='zero')),
 }
 for _plan in ('elfatt', 'local', 'global', 'effatt'):
-    CASES[f'swin-{_plan}'] = dict(
-        type='mmhybrid.SwinELFATT', attn=_plan, window_size=4,
-        block_sizes=(8, 8, 16, 8), drop_path_rate=0.,
-        arch=dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 2, 4, 4)))
-    CASES[f'cswin-{_plan}'] = dict(
-        type='mmhybrid.CSWin', attn=_plan, block_sizes=(8, 8, 16, 8),
-        drop_path_rate=0.,
-        arch=dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 2, 4, 4),
-                  split_sizes=(1, 2, 2, 2)))
+    CASES[f'swin-{_plan}'] = dict(TINY_BACKBONES['SwinELFATT'], attn=_plan)
+    CASES[f'cswin-{_plan}'] = dict(TINY_BACKBONES['CSWin'], attn=_plan)
 NAMES = sorted(CASES)
 MASK_RCNN = (Path(__file__).resolve().parents[2] / 'configs' / 'sola' /
              'mask-rcnn_sola-t_fpn_1x_coco.py')
@@ -105,7 +94,6 @@ def narrow_mask_rcnn(num_classes=3, score_thr=0.05, mask=True, nms_pre=1000):
 
 def upernet_logits(backbone='sola-min'):
     """:func:`tiny_upernet` as ``export.py --part segmentor`` exports it."""
-    from exportable import SegmentorLogits
     return SegmentorLogits(tiny_upernet(backbone))
 
 
@@ -113,7 +101,6 @@ def mask_rcnn_detections(seed=1, **options):
     """The narrow :data:`MASK_RCNN` (:func:`narrow_mask_rcnn`) as ``export.py --part
     detector`` exports it, its weights drawn from ``seed``."""
     import torch
-    from exportable import build
     torch.manual_seed(seed)
     return build(str(MASK_RCNN), part='detector',
                  cfg_options=narrow_mask_rcnn(**options))

@@ -23,7 +23,9 @@ import sys
 import time
 
 import torch
-from exportable import build
+
+from tools.deploy.cases import CASES, WHOLE_MODELS, build_case
+from tools.deploy.exportable import build
 
 FORMATS = ('onnx', 'torch-export')
 EXPORTERS = ('torchscript', 'dynamo')
@@ -201,6 +203,17 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
     return ok, lines
 
 
+def build_model(spec, checkpoint=None, part='backbone', cfg_options=None):
+    """CONFIG_OR_BACKBONE of the command line, in eval mode: a case of ``cases.py``
+    by name, else :func:`exportable.build`'s model."""
+    if spec not in CASES and spec not in WHOLE_MODELS:
+        return build(spec, checkpoint, part, cfg_options)
+    if checkpoint or part != 'backbone' or cfg_options:
+        raise SystemExit(f'{spec} is a built-in case: it takes no checkpoint, '
+                         '--part or --cfg-options')
+    return build_case(spec)
+
+
 def parse_args(argv=None):
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -232,7 +245,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(1)
-    model = build(args.model, args.checkpoint, args.part, args.cfg_options)
+    model = build_model(args.model, args.checkpoint, args.part, args.cfg_options)
     stem = osp.splitext(osp.basename(args.model))[0]
     out = args.out or f'{stem}.{"onnx" if args.format == "onnx" else "pt2"}'
     shapes = (None if not args.check_shapes else

@@ -7,14 +7,9 @@ the ONNX exporters cannot size from dynamic H and W; the segmentor is exported w
 :class:`ExportableAdaptiveAvgPool2d` in its place, the same bins written as two
 small pooling matrices built from the input size.
 """
-import os.path as osp
-import sys
-
 import torch
 import torch.nn as nn
 from mmengine.utils import to_2tuple
-
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # tools/: _common
 
 
 class ExportableAdaptiveAvgPool2d(nn.Module):
@@ -59,20 +54,14 @@ class SegmentorLogits(nn.Module):
 
 
 def build(spec, checkpoint=None, part='backbone', cfg_options=None):
-    """The model to export, in eval mode: a case of ``cases.py`` by name, a config's
-    backbone, segmentor graph (``'segmentor'``), detector graph (``'detector'``) or
-    whole model (``'model'``), or a backbone type built from ``cfg_options``."""
-    from cases import CASES, WHOLE_MODELS, build_case
-    if spec in CASES or spec in WHOLE_MODELS:
-        if checkpoint or part != 'backbone' or cfg_options:
-            raise SystemExit(f'{spec} is a built-in case: it takes no checkpoint, '
-                             '--part or --cfg-options')
-        return build_case(spec)
+    """The model to export, in eval mode: a config's backbone, segmentor graph
+    (``'segmentor'``), detector graph (``'detector'``) or whole model (``'model'``),
+    or a backbone type built from ``cfg_options``."""
     import mmhybrid  # noqa: F401  registers our models
     from mmengine.model import revert_sync_batchnorm
     from mmengine.runner import load_checkpoint
     if spec.endswith('.py'):
-        from _common import load_config
+        from tools._common import load_config
         from mmengine.registry import MODELS, init_default_scope
         cfg = load_config(spec, cfg_options)
         init_default_scope(cfg.get('default_scope', 'mmhybrid'))
@@ -93,7 +82,7 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
             raise SystemExit(f'{spec}: --part segmentor needs an mmseg EncoderDecoder')
         model = SegmentorLogits(model)
     elif part == 'detector':
-        from detector_graph import TwoStageDetections
+        from tools.deploy.detector_graph import TwoStageDetections
         try:
             model = TwoStageDetections(model)
         except ValueError as err:

@@ -19,9 +19,8 @@ import time
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from cases import NAMES, WHOLE_MODELS, build_case  # noqa: E402
-from export import compile_check, error_line, export_and_check  # noqa: E402
+from tools.deploy.cases import NAMES, WHOLE_MODELS, build_case
+from tools.deploy.export import compile_check, error_line, export_and_check
 
 COLUMNS = ('ONNX TorchScript + ORT', 'ONNX dynamo + ORT', 'torch.export',
            'torch.compile fwd+bwd')

@@ -162,7 +162,7 @@ def launch_config(q, v, block_n=None, rows_per_program=None):
     1024 elements (32 x 32, 16 x 64), 8 warps, no multi-stage buffering. Larger
     tiles spill registers on sm_80 or sm_90 (fp32 d = 64 at 128 x 64 and 3 stages
     also needs 188 KB of shared memory, more than an A100 has). Checked by
-    :mod:`mmhybrid.ops.compile_check` (tests/ops/test_kernel_compile.py).
+    ``tools/analysis/compile_check.py`` (tests/ops/test_kernel_compile.py).
     """
     half = q.dtype in (torch.float16, torch.bfloat16)
     cfg = TokenTiling(q, (q.shape[-1], v.shape[-1]), block_n, rows_per_program,

@@ -1,4 +1,5 @@
-"""Model complexity: parameters and multiply-adds (``tools/analysis/get_flops.py``)."""
+"""Model complexity: parameters and multiply-adds (``tools/analysis/get_flops.py``,
+the benchmark suites)."""
 from .complexity import Complexity, stage_parts
 from .flop_counter import (ATEN_RULES, FLOP_FORMULAS, FlopCount, FlopCounter,
                            count_flops, register_flops)

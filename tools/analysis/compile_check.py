@@ -18,7 +18,7 @@ helpers it calls), the specialisation, the options, the target and the Triton
 version: a changed kernel or launch configuration compiles afresh.
 
 Written against Triton 3.8 (it uses ``JITFunction._pack_args``). Command line:
-``python -m mmhybrid.ops.compile_check [--full] [--csv FILE]``.
+``python -m tools.analysis.compile_check [--full] [--csv FILE]``.
 """
 import argparse
 import contextlib
@@ -35,7 +35,7 @@ from collections import Counter
 
 import torch
 
-from ..utils.results import write_csv
+from tools.results import write_csv
 
 # per-block shared-memory limits (opt-in maximum, bytes)
 TARGETS = {'A100': (80, 166_912), 'H100': (90, 232_448)}
@@ -107,9 +107,9 @@ def cases(full=False):
 def op_launches(op, dtype, shape):
     """The kernel launches of ``op`` (forward and backward) on CPU tensors of
     ``shape`` and ``dtype``, as its wrapper configures them for CUDA tensors."""
-    from .elfatt.fused import effatt_forward
-    from .infsa.fused import linear_infsa_forward
-    from .wkv.fused import bi_wkv_forward
+    from mmhybrid.ops.elfatt.fused import effatt_forward
+    from mmhybrid.ops.infsa.fused import linear_infsa_forward
+    from mmhybrid.ops.wkv.fused import bi_wkv_forward
     x = [torch.zeros(shape, dtype=dtype, requires_grad=True) for _ in range(3)]
     w = [torch.zeros(shape[-1], requires_grad=True) for _ in range(2)]
     apply, args = {'bi_wkv': (bi_wkv_forward, w + x[:2]), 'effatt': (effatt_forward, x),

@@ -1,4 +1,6 @@
-"""Tiny configs of every mmhybrid backbone (real architectures, small widths)."""
+"""Tiny configs of every mmhybrid backbone (real architectures, small widths): one
+per family, for the tests and the tools' checks (``tools/deploy/cases.py`` derives
+its variants from them)."""
 import copy
 
 SOLA_ROUTES = (((1, 2), (3, 3)), ((2, 2), (3, 6)), ((3, 2), (4, 2)))

@@ -34,7 +34,7 @@ def register_flops(*module_types):
     ``{kind: count}`` to keep kinds apart in reports. While such a module runs,
     the ops it executes outside its children are not counted. Subclasses inherit
     the formula of their nearest registered base class (see
-    :mod:`mmhybrid.analysis.formulas`).
+    :mod:`tools.analysis.flops.formulas`).
     """
     def decorator(formula):
         for module_type in module_types:
