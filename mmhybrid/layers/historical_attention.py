@@ -9,7 +9,7 @@ hands the mix on in the state; a backbone restarts the state at each stage. Read
 import torch
 import torch.nn as nn
 
-from mmhybrid.ops import historical_attention
+from mmhybrid.ops import historical_attention, historical_attention_macs
 from mmhybrid.ops.heads import acc_dtype
 from mmhybrid.ops.historical_attention.initial import fixed_history
 
@@ -70,6 +70,16 @@ class HistoricalAttention(nn.Module):
             return torch.randn(batch, self.num_heads, num_tokens, num_tokens,
                                device=device)
         return fixed_history(self.seed, self.num_heads, num_tokens, device, dtype)
+
+    def macs(self, q, k, v, history=None, scale=None, dropout_p=0.):
+        """The op of a historical layer, whichever backend runs it
+        (:func:`~mmhybrid.ops.historical_attention_macs`). The history mixed in
+        is the incoming one, else ``H_0`` (none for ``init='zero'``); with
+        ``alpha = 1`` nothing is mixed (the blocked op skips it)."""
+        B, H, N, d = q.shape
+        starts = history is None or history.shape[1:] != (H, N, N)
+        mixed = self.alpha < 1 and not (starts and self.init == 'zero')
+        return historical_attention_macs(B, H, N, d, v.shape[-1], mixed)
 
     def forward(self, q, k, v, history=None, scale=None, dropout_p=0.):
         """Returns ``(out, new_history)``; a ``history`` of another shape (or None)

@@ -29,10 +29,9 @@ from mmhybrid.ops.infsa import naive_pure_infsa
 from mmhybrid.ops.tome import random_dst_mask
 from mmhybrid.ops.wkv import naive_bi_wkv
 from tools.analysis import get_flops
-from tools.analysis.flops import (Complexity, count_flops, delta_rule_macs,
-                                  historical_attention_macs, register_flops,
-                                  sliding_window_macs, wkv_macs)
-from tools.analysis.flops.flop_counter import FLOP_FORMULAS
+from mmhybrid.ops import (delta_rule_macs, historical_attention_macs,
+                          sliding_window_macs, wkv_macs)
+from tools.analysis.flops import Complexity, count_flops
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -173,7 +172,6 @@ def test_spatial_mix_counts_projections_and_formula_only():
     flops = count_flops(layer, torch.randn(B, N, C), hw)
     # four C x C projections + the WKV formula; nothing the scan runs leaks in
     assert flops.by_kind() == {'matmul': 4 * B * N * C * C, 'wkv': wkv_macs(B, N, C)}
-    assert SpatialMix in FLOP_FORMULAS
     key_norm = count_flops(SpatialMix(C, key_norm=True).eval(),
                            torch.randn(B, N, C), hw)
     assert key_norm.by_kind()['norm'] == 5 * B * N * C
@@ -351,24 +349,21 @@ class Scan(nn.Module):
         return self.proj(x) @ x.transpose(-2, -1)
 
 
-class ScanChild(Scan):
+class FormulaScan(Scan):
+    def macs(self, x):
+        return {'scan': 7 * x.shape[1]}
+
+
+class FormulaScanChild(FormulaScan):
     pass
 
 
-def test_registered_formula_replaces_own_ops_only():
+def test_macs_method_replaces_own_ops_only():
     x = torch.randn(1, 5, 4)
     plain = count_flops(Scan(), x).by_kind()
     assert plain == {'matmul': 5 * 4 * 4 + 5 * 4 * 5}
-
-    @register_flops(Scan)
-    def scan(module, inputs, output):
-        return {'scan': 7 * inputs[0].shape[1]}
-
-    try:
-        for cls in (Scan, ScanChild):  # subclasses inherit the formula
-            assert count_flops(cls(), x).by_kind() == {'matmul': 80, 'scan': 35}
-    finally:
-        del FLOP_FORMULAS[Scan]
+    for cls in (FormulaScan, FormulaScanChild):  # subclasses inherit the formula
+        assert count_flops(cls(), x).by_kind() == {'matmul': 80, 'scan': 35}
 
 
 def test_stage_rows_add_up():

@@ -9,7 +9,7 @@
     python tools/analysis/get_flops.py --arch-tables [SoLAVision HAViT ...]
 
 FLOPs are multiply-adds as fvcore / mmengine's ``get_flops`` count them, plus
-scaled-dot-product attention and the registered formulas of custom ops
+scaled-dot-product attention and the ``macs`` formulas of custom ops
 (``tools/analysis/flops``), on one random image. Whole models run in upstream's
 ``mode='tensor'``, as mmseg/mmdet/mmpretrain's own get_flops do.
 ``--paper-tables`` / ``--arch-tables`` print the tables of docs/benchmarks.md

@@ -49,22 +49,22 @@ def make_case(op, backend, B, hw, C, heads, device, dtype):
         kv = [rand(B, N, C) if device == 'cuda' else
               torch.randn(C, B, N, dtype=dtype).permute(1, 2, 0).requires_grad_()
               for _ in range(2)]
-        return (lambda k, v: O.bi_wkv(w, u, k, v, **kw), kv, [w, u], A.wkv_macs(B, N, C))
+        return (lambda k, v: O.bi_wkv(w, u, k, v, **kw), kv, [w, u], O.wkv_macs(B, N, C))
     if op == 'gdn':  # both scan directions of B sequences, as the G layer runs them
         t = [rand(B, N, heads, d) for _ in range(3)]
         t += [(-0.1 * torch.rand(B, N, heads, device=device)).requires_grad_(),
               torch.rand(B, N, heads, device=device, dtype=dtype).requires_grad_()]
         return (lambda *t: O.gated_delta_rule(*t, use_qk_l2norm_in_kernel=True,
                                               bidirectional=True, **kw)[0],
-                t, [], A.delta_rule_macs(2 * B, N, heads, d, d))
+                t, [], O.delta_rule_macs(2 * B, N, heads, d, d))
     qkv = [rand(B, heads, N, d) for _ in range(3)]
     if op == 'swa':
         return (lambda *t: O.sliding_window_attention(*t, hw, 7, **kw), qkv, [],
-                A.sliding_window_macs(B, heads, hw, (7, 7), d, d))
+                O.sliding_window_macs(B, heads, hw, (7, 7), d, d))
     if op == 'historical':  # the new history is an output, as inside a chain
         history = rand(B, heads, N, N, dtype=torch.float32)
         return (lambda q, k, v: O.historical_attention(q, k, v, history, **kw), qkv,
-                [history], sum(A.historical_attention_macs(B, heads, N, d, d).values()))
+                [history], sum(O.historical_attention_macs(B, heads, N, d, d).values()))
     h = max(heads // 2, 1)
     fn = {'effatt': lambda *t: O.effatt(*t, **kw), 'sdpa': F.scaled_dot_product_attention,
           'infsa': lambda *t: O.linear_infsa(*t, **kw),  # ELFATT Eq. 8:

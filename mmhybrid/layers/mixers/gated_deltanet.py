@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mmhybrid.ops import gated_delta_rule
+from mmhybrid.ops import delta_rule_macs, gated_delta_rule
 from mmhybrid.ops.heads import acc_dtype
 from mmhybrid.ops.streaming import conv_in_bands
 from mmhybrid.registry import MIXERS
@@ -83,6 +83,15 @@ class BidirectionalGatedDeltaNet(nn.Module):
         # forward scan on the row-major sequence plus backward scan on its reverse
         return gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
                                 bidirectional=True)[0]
+
+    def macs(self, x, hw_shape, state=MixerState()):
+        """Both scans (2B sequences of N tokens, :func:`~mmhybrid.ops.
+        delta_rule_macs`); projections and the depth-wise conv are child modules;
+        the gate and the per-head RMSNorm are element-wise (fvcore and mmengine
+        have no rule for RMSNorm either)."""
+        B, N, C = x.shape
+        H = self.num_heads
+        return {'delta_rule': delta_rule_macs(2 * B, N, H, C // H, self.hidden_dims // H)}
 
     def forward(self, x, hw_shape, state=MixerState()):
         B, N, _ = x.shape

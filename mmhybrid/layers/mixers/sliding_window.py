@@ -3,7 +3,7 @@
 InfiniteVL's SWA layer (Sec. 3.2, Supplement 6) on the token grid of an image:
 each token attends to the window x window tokens around it.
 """
-from mmhybrid.ops import sliding_window_attention
+from mmhybrid.ops import sliding_window_attention, sliding_window_macs
 from mmhybrid.registry import MIXERS
 from .base import AttentionMixer, from_heads, to_heads
 
@@ -28,6 +28,14 @@ class SlidingWindowAttention(AttentionMixer):
             raise ValueError(f'window_size must be an odd int or a pair of odd '
                              f'ints, got {window_size!r}')
         self.window_size = window
+
+    def macs(self, x, hw_shape, state=None):
+        """Each query's own window (:func:`~mmhybrid.ops.sliding_window_macs`);
+        ``qkv`` and ``proj`` are child modules."""
+        B, N, C = x.shape
+        d = C // self.num_heads
+        return {'attention': sliding_window_macs(B, self.num_heads, hw_shape,
+                                                 self.window_size, d, d)}
 
     def attend(self, q, k, v, hw_shape, state):
         q, k, v = (to_heads(t, self.num_heads) for t in (q, k, v))

@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
-from mmhybrid.ops import bi_wkv, quad_token_shift
+from mmhybrid.ops import bi_wkv, quad_token_shift, wkv_macs
 from mmhybrid.ops.streaming import in_token_slices
 from mmhybrid.registry import MIXERS
 from ..block import MixerState
@@ -80,6 +80,12 @@ class SpatialMix(nn.Module):
         with torch.no_grad():
             self.spatial_decay.copy_(-5 + 8 * frac**(0.7 + 1.3 * depth_ratio))
             self.spatial_first.fill_(float(torch.log(torch.tensor(0.3))))
+
+    def macs(self, x, hw_shape, state=MixerState()):
+        """The WKV scan (:func:`~mmhybrid.ops.wkv_macs`); the projections and
+        norms are child modules, counted as they run."""
+        B, N, C = x.shape
+        return {'wkv': wkv_macs(B, N, C)}
 
     def forward(self, x, hw_shape, state=MixerState()):
         xk, xv, xr = self.shift_mix(x, hw_shape)

@@ -105,5 +105,21 @@ def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, bidirectional=bidirectional)
 
 
+def delta_rule_macs(batch, tokens, heads, key_dim, value_dim):
+    r"""Gated delta rule (InfiniteVL Eq. 2) as its per-token recurrence.
+
+    Per token and head, with the K x V state ``M``: the decay ``alpha_t M`` (K V),
+    the read-out ``M^T k_t`` of the delta (K V), ``beta_t k_t`` (K) and the
+    rank-1 write ``(beta_t k_t) delta_t^T`` (K V), the output ``M_t^T q_t`` (K V):
+    ``4 K V + K`` multiply-adds, the multiplications of the naive recurrence
+    (:func:`mmhybrid.ops.delta_rule.naive_gated_delta_rule`). Not counted, as
+    fvcore counts no element-wise op: the L2 norms of q and k, exponentials, the
+    output scale. The chunked (WY/UT) form the CPU runs does about twice this
+    at chunk 32 and depends on the chunk size; fla's kernels are invisible to a
+    counter: neither is the method's cost.
+    """
+    return batch * tokens * heads * (4 * key_dim * value_dim + key_dim)
+
+
 __all__ = ['gated_delta_rule', 'chunk_gated_delta_rule', 'naive_gated_delta_rule',
-           'fla_gated_delta_rule', 'default_backend', 'l2norm']
+           'fla_gated_delta_rule', 'default_backend', 'l2norm', 'delta_rule_macs']

@@ -50,7 +50,24 @@ def historical_attention(q, k, v, history=None, alpha=0.45, scale=None,
               return_history=return_history)
 
 
+def historical_attention_macs(batch, heads, tokens, key_dim, value_dim,
+                              mixed=True):
+    r"""HAViT Eq. 5-7: ``Q K^T`` and ``A V`` (``N^2 (d + d_v)`` per head, as
+    softmax attention counts them) and, where a history is mixed in, one
+    multiply-add per logit for ``A = alpha Q K^T s + (1 - alpha) H`` (the scale
+    ``alpha s`` is folded into Q, like attention's own scale, and not counted).
+
+    Returns:
+        dict: ``{'attention': ..., 'history': ...}`` (no ``'history'`` if not mixed).
+    """
+    pairs = batch * heads * tokens * tokens
+    macs = {'attention': pairs * (key_dim + value_dim)}
+    if mixed:
+        macs['history'] = pairs
+    return macs
+
+
 __all__ = [
     'historical_attention', 'chunk_historical_attention',
-    'naive_historical_attention'
+    'naive_historical_attention', 'historical_attention_macs'
 ]

@@ -58,6 +58,21 @@ def sliding_window_attention(q, k, v, hw_shape, window_size, scale=None,
                                          scale=scale, tile_size=tile_size)
 
 
+def sliding_window_macs(batch, heads, hw_shape, window_size, key_dim, value_dim):
+    """2D sliding-window attention: ``Q K^T`` and ``A V`` over each query's window.
+
+    Every query scores exactly ``min(wh, H) x min(ww, W)`` keys (the window is
+    shifted inwards at the borders, never padded: :func:`mmhybrid.ops.
+    sliding_window_attention`), so ``B heads H W min(wh, H) min(ww, W) (d + d_v)``:
+    ``2 w^2 d`` per query and head for a map at least as large as the window. The
+    halo tiles the op runs score every query against its whole tile region
+    (169 keys for a 7x7 window with 7x7 tiles) under a mask; that masked work is
+    the implementation's, not the method's, and is not counted.
+    """
+    (H, W), (wh, ww) = hw_shape, window_size
+    return batch * heads * H * W * min(wh, H) * min(ww, W) * (key_dim + value_dim)
+
+
 __all__ = ['sliding_window_attention', 'halo_sliding_window_attention',
-           'naive_sliding_window_attention', 'neighbourhood_mask',
-           'window_pairs']
+           'naive_sliding_window_attention', 'neighbourhood_mask', 'window_pairs',
+           'sliding_window_macs']

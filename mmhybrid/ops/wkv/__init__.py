@@ -58,4 +58,21 @@ def bi_wkv(w, u, k, v, backend=None):
     return BACKENDS[name](w, u, k, v)
 
 
-__all__ = ['bi_wkv', 'chunk_bi_wkv', 'naive_bi_wkv']
+# a_t = e^{-w} a_{t-1} + e^{k} v and b_t = e^{-w} b_{t-1} + e^{k} in each direction
+# (4), e^{k} v once (1), the bonus e^{u} e^{k} v and e^{u} e^{k} (2), the ratio (1)
+WKV_MACS_PER_TOKEN_CHANNEL = 8
+
+
+def wkv_macs(batch, tokens, channels):
+    """Bidirectional WKV (SoLA-Vision Eq. 9) in its linear-time form.
+
+    Each direction keeps a numerator and a denominator state per channel,
+    updated once per token; the token's own bonus term and the final ratio complete
+    Eq. 9: 8 multiply-adds per token and channel (exponentials, like every
+    element-wise op, are not counted). The O(N^2) sum of Eq. 9 as written would be
+    N multiply-adds per token and channel; no implementation computes it that way.
+    """
+    return WKV_MACS_PER_TOKEN_CHANNEL * batch * tokens * channels
+
+
+__all__ = ['bi_wkv', 'chunk_bi_wkv', 'naive_bi_wkv', 'wkv_macs']

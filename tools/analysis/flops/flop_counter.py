@@ -5,10 +5,13 @@ tools): a fused multiply-add counts 1; matrix products and convolutions count
 their multiply-adds; norms, interpolation and pooling fvcore's per-element
 factors; element-wise ops nothing. Added: ``F.scaled_dot_product_attention`` as
 one op on any backend (``Q K^T`` and ``A V``; fvcore cannot see it, torch's
-counter counts 0 for the CPU kernel), and modules with a formula
-(:func:`register_flops`) that replaces the ops they run outside their children:
-scans and fused kernels do not show their arithmetic. :class:`FlopCounter` runs
-the model for real (a ``TorchDispatchMode`` plus module hooks).
+counter counts 0 for the CPU kernel), and modules with a ``macs`` method, whose
+count replaces the ops they run outside their children: scans and fused kernels
+do not show their arithmetic (docs/contributing.md). ``macs`` takes the
+arguments of the module's ``forward`` (defaults included) and returns the
+multiply-adds as an int, or ``{kind: count}`` to keep kinds apart in reports.
+:class:`FlopCounter` runs the model for real (a ``TorchDispatchMode`` plus module
+hooks).
 """
 import inspect
 import math
@@ -21,28 +24,6 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
-FLOP_FORMULAS = {}
-
-
-def register_flops(*module_types):
-    """Register ``formula(module, inputs, output)`` for modules of these types.
-
-    ``inputs`` are the arguments of the module's ``forward`` in its parameter
-    order, those given by keyword and the defaults included. The formula returns
-    the multiply-adds the module computes itself (not those of its child
-    modules, which are counted as usual) as an int, or a dict
-    ``{kind: count}`` to keep kinds apart in reports. While such a module runs,
-    the ops it executes outside its children are not counted. Subclasses inherit
-    the formula of their nearest registered base class (see
-    :mod:`tools.analysis.flops.formulas`).
-    """
-    def decorator(formula):
-        for module_type in module_types:
-            FLOP_FORMULAS[module_type] = formula
-        return formula
-    return decorator
-
-
 def _product(a, *_, out):
     """Matrix products (mm, mv, dot, bmm): ``a``'s last dim per output element."""
     return out.numel() * a.shape[-1]
@@ -167,9 +148,8 @@ class FlopCounter(TorchDispatchMode):
 
     def _enter_module(self, name):
         def hook(module, args, kwargs):
-            formula = next((FLOP_FORMULAS[c] for c in type(module).__mro__
-                            if c in FLOP_FORMULAS), None)
-            if formula is not None:  # forward's arguments in order, as the formula
+            formula = getattr(module, 'macs', None)
+            if formula is not None:  # forward's arguments in order, as macs takes
                 bound = inspect.signature(module.forward).bind(*args, **kwargs)
                 bound.apply_defaults()
                 args = bound.args
@@ -179,7 +159,7 @@ class FlopCounter(TorchDispatchMode):
     def _leave_module(self, module, inputs, output):
         name, formula, inputs = self._stack.pop()
         if formula is not None:
-            count = formula(module, inputs, output)
+            count = formula(*inputs)
             self.counts[name].update(
                 count if isinstance(count, dict) else {type(module).__name__: count})
 
