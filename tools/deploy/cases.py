@@ -4,13 +4,15 @@ the deploy checks.
 Variants of ``tools/tiny_backbones.py`` (real architectures at small widths: same
 layers, ops and code paths as the paper sizes): SoLA with its four layer letters (L:
 WKV, S: softmax, G: gated delta rule, W: sliding window), InfiniteVL, Swin- and
-CSWin-ELFATT with each attention plan, InfViT (pure and linear) and HAViT; a real
+CSWin-ELFATT with each attention plan, InfViT (pure and linear), HAViT, and every
+registered mixer in every layer of the tiny SoLA (``mixer-<name>``); a real
 mmseg UPerNet and our SoLA Mask R-CNN config with narrow heads on the smallest SoLA
 (``WHOLE_MODELS``, as ``tools/deploy/export.py`` exports them). ``build_case(name)``
 returns the module in eval mode.
 """
 from pathlib import Path
 
+from mmhybrid.layers import registered_mixers
 from tools.deploy.exportable import SegmentorLogits, build
 from tools.tiny_backbones import TINY_BACKBONES
 
@@ -37,6 +39,11 @@ CASES = {
 for _plan in ('elfatt', 'local', 'global', 'effatt'):
     CASES[f'swin-{_plan}'] = dict(TINY_BACKBONES['SwinELFATT'], attn=_plan)
     CASES[f'cswin-{_plan}'] = dict(TINY_BACKBONES['CSWin'], attn=_plan)
+# every registered mixer in every layer of the tiny SoLA, with its test options
+for _name, _mixer in registered_mixers().items():
+    CASES[f'mixer-{_name}'] = dict(
+        SOLA, head_dim=8, mixers=_name, arch=dict(SOLA['arch'], hsb_routes=()),
+        mixer_cfg={_name: getattr(_mixer, 'test_options', {})})
 NAMES = sorted(CASES)
 MASK_RCNN = (Path(__file__).resolve().parents[2] / 'configs' / 'sola' /
              'mask-rcnn_sola-t_fpn_1x_coco.py')
