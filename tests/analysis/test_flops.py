@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 import mmhybrid.layers.mixers.gated_deltanet as gated_deltanet_module
-from mmhybrid.layers import HistoricalAttention
+from mmhybrid.layers import HistoricalAttention, build_mixer, registered_mixers
 from mmhybrid.layers.mixers import (BidirectionalGatedDeltaNet, SlidingWindowAttention,
                                     SpatialMix)
 from mmhybrid.models.backbones import HAViT, SoLAVision
@@ -464,3 +464,17 @@ def test_flops_next_to_elfatt_table1(entry):
     assert abs(flops / paper - 1) < 0.05
     if paper_fa:
         assert abs(no_sdpa / paper_fa - 1) < 0.05
+
+
+@pytest.mark.parametrize('name', sorted(registered_mixers()))
+def test_every_registered_mixer_is_counted(name):
+    """The counter sees every mixer's work: its projections as they run and, for
+    a mixer with ``macs``, its formula (nothing of the scan leaks in)."""
+    cls = registered_mixers()[name]
+    mixer = build_mixer(name, 16, 2, options=getattr(cls, 'test_options', {})).eval()
+    hw = (6, 10)
+    flops = count_flops(mixer, torch.randn(2, 60, 16), hw)
+    kinds = flops.by_kind()
+    assert sum(kinds.values()) > 0
+    if hasattr(mixer, 'macs'):
+        assert set(mixer.macs(torch.randn(2, 60, 16), hw)) <= set(kinds)
