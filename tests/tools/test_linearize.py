@@ -2,7 +2,6 @@
 configs train with ``tools/train.py`` (Stage II from Stage I's checkpoint), the
 student loads into a UPerNet through ``init_cfg=Pretrained``, and (slow) Stage
 I's loss falls (InfiniteVL Sec. 3.3, Eq. 3)."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -14,9 +13,10 @@ from mmengine.hooks import Hook
 from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401
-from _common import build_runner, load_config
 from mmhybrid.models.utils import load_pretrained
 from mmhybrid.registry import build_model
+from tools._common import build_runner, load_config
+from tools.analysis import linearize_errors as tool
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGE1 = ROOT / 'configs/linearize/sola-s_swin-t_toy_stage1.py'
@@ -134,10 +134,6 @@ def test_stage1_loss_falls(toy_data, tmp_path):
 
 def test_linearize_errors_tool(stages, toy_data, capsys):
     root, _, _ = stages
-    spec = importlib.util.spec_from_file_location(
-        '_linearize_errors', ROOT / 'tools/analysis/linearize_errors.py')
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
     options = ['--images', '4', '--cfg-options',
                f'data_root={toy_data["imagenet"]}/train']
     # the tool sets the config's default scope: restored afterwards

@@ -12,8 +12,6 @@ weights); with it, as a Stage I or II checkpoint left it.
         --checkpoint work_dirs/sola-s_swin-t_stage1/iter_1250.pth
 """
 import argparse
-import os.path as osp
-import sys
 
 import numpy as np
 import torch
@@ -21,11 +19,10 @@ from mmengine.config import DictAction
 from mmengine.dataset import pseudo_collate
 from mmengine.registry import DATASETS, MODELS, init_default_scope
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-import mmhybrid  # noqa: E402,F401  registers our models
-from _common import load_config  # noqa: E402
-from mmhybrid.models.utils import extract_state_dict  # noqa: E402
-from mmhybrid.utils.checkpoint import load_checkpoint  # noqa: E402
+import mmhybrid  # noqa: F401  registers our models
+from mmhybrid.models.utils import extract_state_dict
+from mmhybrid.utils.checkpoint import load_checkpoint
+from tools._common import load_config
 
 
 def parse_args(argv=None):
