@@ -329,7 +329,7 @@ def test_softmax_vit_into_infsa_layers_splits_qkv(tmp_path, reports):
     line, = reports
     loaded, total, fmt, counts = report_parts(line)
     # the pure layer's discount gamma is new, at gamma_init
-    assert not any(counts.values()) and 'new 1 (layers.1.attn.gamma_logit)' in line
+    assert not any(counts.values()) and 'new 1 (how each starts' in line
     assert loaded == total - 1 and 'PureInfSA (q, k, v, proj; new gamma_logit' in line
     qkv = src.state_dict()['blocks.1.attn.qkv.weight']
     assert torch.equal(model.layers[1].attn.k.weight, qkv[32:64])

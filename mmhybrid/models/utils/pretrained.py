@@ -140,7 +140,7 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
     if skipped:
         notes.insert(0, f'skipped {len(skipped)} non-backbone{_names(skipped)}')
     if new:
-        notes.insert(0, f'new {len(new)}{_names(sorted(new))}')
+        notes.insert(0, f'new {len(new)} (how each starts: "from softmax layers")')
     if account and account.summary:
         notes.append(f'from softmax layers: {account.summary}')
     summary = (f'{owner}: loaded {loaded}/{len(own)} tensors from '
