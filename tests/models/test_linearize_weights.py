@@ -91,7 +91,8 @@ def check_pyramid_student(model, sd, kind, teacher_depths):
                 for ours, theirs in (('receptance', q), ('key', kk), ('value', v),
                                      ('output', t('proj.weight'))):
                     assert torch.equal(getattr(attn, ours).weight, theirs)
-                assert torch.equal(attn.shift_mix.mix, torch.ones_like(attn.shift_mix.mix))
+                assert torch.equal(attn.shift_mix.mix,
+                                   torch.ones_like(attn.shift_mix.mix))
             elif name == 'BidirectionalGatedDeltaNet':
                 assert torch.equal(attn.qkv.weight, t('qkv.weight'))
                 assert torch.equal(attn.o_proj.weight, t('proj.weight'))
