@@ -4,20 +4,24 @@ _base_ = ['./sola-s_swin-t_stage1.py']
 
 data_root = 'data/toy/imagenet/train'
 img_size = 64
-toy_arch = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 2, 4, 4))
-# Random weights by default (the mechanics only). To start from a tiny Swin
-# teacher checkpoint (e.g. trained on the toy classes) and have the student
-# inherit it: --cfg-options model.teacher.init_cfg.type=Pretrained
+# the tiny teacher's heads are SoLA's (head_dim 8 here): dims // 8
+toy_arch = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 4, 8, 16))
+# Random weights by default (the mechanics only); the student inherits the
+# random teacher's weights only if both read one file. To start from a tiny
+# Swin teacher checkpoint (e.g. trained on the toy classes), the student
+# inheriting it (each mixer's rule, docs/design.md "Weight inheritance"):
+#   --cfg-options model.teacher.init_cfg.type=Pretrained
 #   model.teacher.init_cfg.checkpoint=PATH model.backbone.init_cfg.type=Pretrained
 #   model.backbone.init_cfg.checkpoint=PATH
 
-# STUDENT: a tiny Swin-ELFATT for now (it inherits every shared tensor of a Swin
-# checkpoint today). Switch to a tiny SoLAVision once Swin -> SoLA inheritance
-# lands (issue 36), e.g. dict(type='mmhybrid.SoLAVision', arch=dict(
-# embed_dims=(16, 32, 64, 128), schedule='LL/LL/LS/LS'), head_dim=8, ...).
+# STUDENT: a tiny SoLA-Vision with the teacher's widths, depths and heads:
+# WKV layers with one softmax layer ending stages 3 and 4, two bridges
 student = dict(
-    type='mmhybrid.SwinELFATT', attn='elfatt', downsample='linear', arch=toy_arch,
-    block_sizes=(8, 8, 16, 8), drop_path_rate=0., out_indices=(0, 1, 2, 3))
+    type='mmhybrid.SoLAVision', arch=dict(
+        embed_dims=(16, 32, 64, 128), mixers='LL/LL/LS/LS',
+        hsb_routes=(((1, 2), (3, 2)), ((3, 1), (4, 2)))),
+    head_dim=8, pretrain_img_size=img_size, drop_path_rate=0.,
+    out_indices=(0, 1, 2, 3))
 
 model = dict(
     teacher=dict(

@@ -5,17 +5,19 @@ _base_ = ['./sola-s_swin-t_stage2.py']
 
 data_root = 'data/toy/imagenet/train'
 img_size = 64
-toy_arch = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 2, 4, 4))
+toy_arch = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(2, 4, 8, 16))
 # Random teacher (and head) by default; a tiny Swin teacher checkpoint as in the
 # toy Stage I: --cfg-options model.teacher.init_cfg.type=Pretrained
 #   model.teacher.init_cfg.checkpoint=PATH
 load_from = 'work_dirs/sola-s_swin-t_toy_stage1/iter_100.pth'
 
-# STUDENT: the toy Stage I's (switch both to a tiny SoLAVision together); its
-# weights come from load_from.
+# STUDENT: the toy Stage I's tiny SoLA-Vision; its weights come from load_from.
 student = dict(
-    type='mmhybrid.SwinELFATT', attn='elfatt', downsample='linear', arch=toy_arch,
-    block_sizes=(8, 8, 16, 8), drop_path_rate=0., out_indices=(0, 1, 2, 3))
+    type='mmhybrid.SoLAVision', arch=dict(
+        embed_dims=(16, 32, 64, 128), mixers='LL/LL/LS/LS',
+        hsb_routes=(((1, 2), (3, 2)), ((3, 1), (4, 2)))),
+    head_dim=8, pretrain_img_size=img_size, drop_path_rate=0.,
+    out_indices=(0, 1, 2, 3))
 
 model = dict(
     teacher=dict(

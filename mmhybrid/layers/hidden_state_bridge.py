@@ -2,6 +2,8 @@
 import torch
 import torch.nn as nn
 
+from .inherit import Inherited, zero_module
+
 
 def equidistant_sample(tokens, src_hw, dst_hw):
     """Parameter-free Samp(.) of Eq. 10: pick the source token nearest to each cell
@@ -39,6 +41,12 @@ class HiddenStateBridge(nn.Module):
         super().__init__()
         self.proj = nn.Linear(src_dims, dst_dims)
         self.gate = nn.Linear(dst_dims, dst_dims)
+
+    def inherit_new(self):
+        """A bridge new to a student of a softmax teacher: ``proj`` at zero, so
+        it adds nothing at the start; the gate at its init."""
+        return Inherited({f'proj.{k}': v for k, v in zero_module(self.proj).items()},
+                         '', new={'proj': 'zero (adds nothing)', 'gate': 'init'})
 
     def forward(self, x, hw_shape, hidden, hidden_hw):
         bridged = self.proj(equidistant_sample(hidden, hidden_hw, hw_shape))

@@ -3,6 +3,7 @@ import torch.nn as nn
 from mmcv.cnn import build_activation_layer
 
 from mmhybrid.ops.streaming import conv_in_bands, in_token_slices
+from .inherit import Inherited, copy_linear, identity_dwconv
 
 
 class Mlp(nn.Module):
@@ -17,6 +18,13 @@ class Mlp(nn.Module):
         self.fc2 = nn.Linear(hidden, dims)
         self.slice_tokens = max(2**21 // hidden, 1)
 
+    def inherit_mlp(self, mlp):
+        """Start from a Transformer MLP (:class:`MlpWeights`): a copy."""
+        result = Inherited({}, 'fc1, fc2')
+        copy_linear(result, 'fc1', self.fc1, mlp.fc1)
+        copy_linear(result, 'fc2', self.fc2, mlp.fc2)
+        return result
+
     def forward(self, x, hw_shape=None):
         return in_token_slices(lambda h: self.fc2(self.act(self.fc1(h))), x,
                                tokens=self.slice_tokens)
@@ -30,6 +38,15 @@ class ConvMlp(Mlp):
         super().__init__(dims, mlp_ratio)
         hidden = self.fc1.out_features
         self.dwconv = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
+
+    def inherit_mlp(self, mlp):
+        """fc1 and fc2 copied, the depth-wise conv as the identity (centre tap
+        1): the teacher's function."""
+        result = super().inherit_mlp(mlp)
+        result.tensors.update({f'dwconv.{k}': v
+                               for k, v in identity_dwconv(self.dwconv).items()})
+        result.new['dwconv'] = 'identity (centre tap 1)'
+        return result
 
     def forward(self, x, hw_shape):
         return conv_in_bands(x, hw_shape, self.fc1, self.dwconv,
@@ -48,6 +65,14 @@ class FFN(nn.Module):
             nn.Sequential(nn.Linear(dims, hidden), build_activation_layer(act_cfg),
                           nn.Dropout(drop)),
             nn.Linear(hidden, dims), nn.Dropout(drop))
+
+    def inherit_mlp(self, mlp):
+        """Start from a Transformer MLP: ``layers.0.0 <- fc1``, ``layers.1 <-
+        fc2``."""
+        result = Inherited({}, 'fc1, fc2')
+        copy_linear(result, 'layers.0.0', self.layers[0][0], mlp.fc1, 'fc1')
+        copy_linear(result, 'layers.1', self.layers[1], mlp.fc2, 'fc2')
+        return result
 
     def forward(self, x, hw_shape=None):
         return self.layers(x)

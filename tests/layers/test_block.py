@@ -46,6 +46,6 @@ def test_list_archs_lists_every_arch_table():
     assert listed == sorted(f'{cls.__name__}/{a}' for cls in BACKBONES
                             for a in cls.arch_zoo)
     assert 'SoLAVision/t' in listed and 'HAViT/deit-s' in listed
-    assert mmhybrid.list_archs('InfiniteVLVision') == ['b', 't']
+    assert mmhybrid.list_archs('InfiniteVLVision') == ['b', 's', 't']
     with pytest.raises(KeyError, match='unknown backbone'):
         mmhybrid.list_archs('ResNet')

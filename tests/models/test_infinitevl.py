@@ -201,7 +201,7 @@ def test_infinitevl_archs():
     assert block_schedule('WGGG', (2, 2, 6, 2)) == 'WG/GG/WGGGWG/GG'
     assert isinstance(MODELS.build(dict(type='mmhybrid.InfiniteVLVision',
                                         arch='t')), InfiniteVLVision)
-    for arch in ('t', 'b'):
+    for arch in ('t', 's', 'b'):  # 's': Swin-T's widths, the student of Swin-T
         model, sola = full_size(InfiniteVLVision, arch), full_size(SoLAVision, arch)
         stages = letters_of(model.mixers).split('/')
         assert [len(s) for s in stages] == [len(s) for s in sola.mixers]
@@ -211,7 +211,7 @@ def test_infinitevl_archs():
         # same widths and depths as SoLA: parameters within a few per cent
         assert abs(count(model) / count(sola) - 1) < 0.05
     with pytest.raises(KeyError, match='unknown InfiniteVLVision arch'):
-        InfiniteVLVision(arch='s')
+        InfiniteVLVision(arch='l')
 
 
 @pytest.mark.parametrize('hw', [(64, 64), (97, 45)])

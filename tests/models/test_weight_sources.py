@@ -19,7 +19,7 @@ from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401  (registers ours)
 from mmhybrid.models.backbones import CSWin, HAViT, InfViT, SwinELFATT
-from mmhybrid.models.utils import (detect_format, resize_pos_embed,
+from mmhybrid.models.utils import (convert_swin, detect_format, resize_pos_embed,
                                    resize_rel_pos_bias_table)
 from mmhybrid.utils import register_scope
 from tests.models.test_elfatt_convert import CSWIN, SWIN, official_cswin, official_swin
@@ -318,23 +318,26 @@ def test_infsa_authors_checkpoint_loads_untied(attn_types, tmp_path, reports):
 
 
 def test_softmax_vit_into_infsa_layers_splits_qkv(tmp_path, reports):
-    """DeiT weights into an InfViT with InfSA layers: q, k, v from the fused
-    projection (an initialisation); a tied model is refused, not truncated."""
+    """DeiT weights into an InfViT with InfSA layers: InfSA's own rule takes q,
+    k, v from the fused projection (an initialisation); a tied model drops k,
+    and the line says so."""
     src = timm_vit()
     path = tmp_path / 'deit.pth'
     torch.save({'model': src.state_dict()}, path)
-    arch = dict(TINY_VIT, attn_types='SP')
-    model = pretrained(InfViT, path, arch=arch, img_size=32, patch_size=8)
+    model = pretrained(InfViT, path, arch=dict(TINY_VIT, attn_types='SP'),
+                       img_size=32, patch_size=8)
     line, = reports
     loaded, total, fmt, counts = report_parts(line)
-    # the pure layer's discount gamma stays at its initialisation
-    assert counts['missing'] == 1 and 'missing 1 (layers.1.attn.gamma_logit)' in line
-    assert loaded == total - 1 and 'split into the q, k, v' in line
+    # the pure layer's discount gamma is new, at gamma_init
+    assert not any(counts.values()) and 'new 1 (how each starts' in line
+    assert loaded == total - 1 and 'PureInfSA (q, k, v, proj; new gamma_logit' in line
     qkv = src.state_dict()['blocks.1.attn.qkv.weight']
     assert torch.equal(model.layers[1].attn.k.weight, qkv[32:64])
-    with pytest.raises(ValueError, match='tie_qk=False'):
-        pretrained(InfViT, path, arch=dict(TINY_VIT, attn_types='SL'),
-                   img_size=32, patch_size=8)
+    tied = pretrained(InfViT, path, arch=dict(TINY_VIT, attn_types='SL'),
+                      img_size=32, patch_size=8)
+    assert tied.layers[1].attn.k is None
+    assert torch.equal(tied.layers[1].attn.v.weight, qkv[64:])
+    assert 'dropped k.weight, k.bias (tied Q = K)' in reports[-1]
 
 
 # ---------------------------------------------------- resolution and patch size
@@ -495,8 +498,9 @@ def test_window_resize_matches_mmseg(tmp_path, reports):
                                                checkpoint=str(path)))
     mmseg.init_weights()
     model = swin_local(path, window_size=4)
-    assert reports[-1].endswith('; 8 relative_position_bias_table resized from '
-                                'window 2 to 4')
+    assert reports[-1].endswith(
+        '; from softmax layers: ShiftedWindowAttention (qkv, proj; '
+        'relative_position_bias_table resized from window 2 to 4) x8')
     theirs = mmseg.state_dict()
     for name, value in model.state_dict().items():
         if name.endswith('relative_position_bias_table'):
@@ -513,27 +517,33 @@ PLANS = ['local', 'elfatt', 'effatt', 'global', 'L,L,GE,G']
 
 @pytest.mark.parametrize('plan', PLANS)
 def test_swin_weights_into_every_attention_plan(plan, tmp_path, reports):
-    """What carries over from an official Swin checkpoint into each plan: all
-    but the bias tables of non-local blocks (unexpected: they have none) and
-    their LePE convs (missing: Swin has none); the per-stage output norms are new
-    (official Swin has one final norm)."""
+    """An official Swin checkpoint into each plan goes through each mixer's
+    rule: every block's qkv, proj, norms and MLP copied; the LePE convs of
+    non-local blocks new at zero, their bias tables dropped (counted and named);
+    the per-stage output norms missing (official Swin has one final norm)."""
     path = tmp_path / 'swin.pth'
-    torch.save({'model': official_swin(SWIN)}, path)
+    sd = official_swin(SWIN)
+    torch.save({'model': sd}, path)
     model = pretrained(SwinELFATT, path, arch=SWIN, attn=plan, window_size=4,
                        block_sizes=(4, 4, 16, 4), downsample='linear')
     line, = reports
     non_local = [f'stages.{i}.blocks.{j}.attn.' for i, stage in enumerate(model.mixers)
                  for j, kind in enumerate(stage) if kind != 'shifted_window']
-    missing = {p + 'lepe.' + w for p in non_local for w in ('weight', 'bias')}
-    missing |= {f'norm{i}.{w}' for i in range(3) for w in ('weight', 'bias')}
-    unexpected = {p + 'relative_position_bias_table' for p in non_local}
+    new = {p + 'lepe.' + w for p in non_local for w in ('weight', 'bias')}
+    missing = {f'norm{i}.{w}' for i in range(3) for w in ('weight', 'bias')}
     own = model.state_dict()
-    assert missing <= set(own) and not unexpected & set(own)
+    assert new <= set(own) and all(not own[k].any() for k in new)
     loaded, total, fmt, counts = report_parts(line)
-    assert (loaded, total, fmt) == (len(own) - len(missing), len(own), 'swin')
-    assert counts == {'missing': len(missing), 'unexpected': len(unexpected),
+    assert (loaded, total, fmt) == (len(own) - len(missing) - len(new), len(own),
+                                    'swin')
+    assert counts == {'missing': len(missing), 'unexpected': 0,
                       r'\(checkpoint vs model\)': 0}
-    assert ('dropping' in line) == bool(unexpected)
+    assert (f'dropping {len(non_local)} of' in line) == bool(non_local)
+    assert (f'new {len(new)} ' in line) == bool(new)
+    converted = convert_swin(sd)
+    for key, value in own.items():
+        if key in converted and 'lepe' not in key:
+            assert torch.equal(value, converted[key]), key
 
 
 # ------------------------------------------------------------------- CSWin
@@ -573,7 +583,8 @@ def test_official_cswin_segmentation_checkpoint_loads_its_norms(tmp_path, report
 def test_wrong_family_names_the_format(tmp_path):
     path = tmp_path / 'swin.pth'
     torch.save({'model': official_swin(SWIN)}, path)
-    with pytest.raises(ValueError, match='swin checkpoint .*into SwinELFATT, not CSWin'):
+    with pytest.raises(ValueError, match='swin checkpoint .*into SwinELFATT, '
+                       'SoLAVision, not CSWin. Pairs we support: Swin-T'):
         pretrained(CSWin, path, arch=CSWIN)
 
 

@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from mmhybrid.ops.streaming import map_to_tokens, tokens_to_map
 
 from ..block import MixerState
+from ..inherit import Inherited, copy_linear, zero_module
 
 
 def to_heads(x, num_heads):
@@ -87,6 +88,26 @@ class AttentionMixer(nn.Module):
         if self.lepe is not None:
             out = out + self.positional(v, hw_shape)
         return out, state
+
+    def inherit_softmax(self, attn):
+        """Start from a softmax attention's tensors (:class:`SoftmaxWeights`):
+        ``qkv`` and ``proj`` copied, heads kept (another number of heads is
+        another function: an error), a LePE at zero (its branch adds nothing);
+        a relative-position-bias table has no place (a subclass with one takes
+        it)."""
+        if attn.num_heads is not None and attn.num_heads != self.num_heads:
+            raise ValueError(f'{type(self).__name__} has {self.num_heads} heads, '
+                             f'the teacher layer {attn.num_heads}')
+        result = Inherited({}, 'qkv, proj')
+        copy_linear(result, 'qkv', self.qkv, attn.qkv)
+        copy_linear(result, 'proj', self.proj, attn.proj)
+        if self.lepe is not None:
+            result.tensors.update(
+                {f'lepe.{k}': v for k, v in zero_module(self.lepe).items()})
+            result.new['lepe'] = 'zero (the branch adds nothing)'
+        if attn.bias_table is not None:
+            result.dropped['bias_table'] = 'no position bias here'
+        return result
 
     def forward(self, x, hw_shape, state=MixerState()):
         out, state = self.attention(x, hw_shape, state)

@@ -19,6 +19,7 @@ from mmhybrid.ops.heads import acc_dtype
 from mmhybrid.ops.streaming import conv_in_bands
 from mmhybrid.registry import MIXERS
 from ..block import MixerState
+from ..inherit import Inherited, identity_dwconv, take
 
 
 @MIXERS.register_module(name='gated_deltanet')
@@ -65,6 +66,24 @@ class BidirectionalGatedDeltaNet(nn.Module):
         dt = torch.exp(torch.rand(num_heads) * (math.log(0.1) - math.log(1e-3)) +
                        math.log(1e-3)).clamp(min=1e-4)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1
+
+    def inherit_softmax(self, attn):
+        """Start from a softmax attention: the fused ``qkv <- q | k | v`` (needs
+        ``expand_v=1``), ``o_proj <- proj``, the short conv as the identity (centre
+        tap 1); the gates, decay and output norm at their usual init; the
+        teacher's biases have no place (Gated DeltaNet has none)."""
+        result = Inherited({}, 'qkv<-q|k|v, o_proj<-proj')
+        result.tensors['qkv.weight'] = take(self.qkv.weight, attn.qkv.weight,
+                                            'qkv (q | k | v; expand_v=1)')
+        result.tensors['o_proj.weight'] = take(self.o_proj.weight, attn.proj.weight,
+                                               'o_proj')
+        if self.conv is not None:
+            result.tensors['conv.weight'] = identity_dwconv(self.conv)['weight']
+            result.new['conv'] = 'identity (centre tap 1)'
+        result.new['a_proj, b_proj, g_proj, o_norm, A_log, dt_bias'] = 'init'
+        if attn.q.bias is not None:
+            result.dropped['q.bias, k.bias, v.bias, proj.bias'] = 'Gated DeltaNet has none'
+        return result
 
     def scan(self, x, hw_shape):
         """The summed read-out of both scans, (B, N, heads, head_v_dim). Its

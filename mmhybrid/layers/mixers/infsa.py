@@ -31,6 +31,7 @@ from mmhybrid.ops.infsa import linear_infsa_context
 from mmhybrid.ops.streaming import map_to_tokens, tokens_to_map
 from mmhybrid.registry import MIXERS
 from ..block import MixerState
+from ..inherit import Inherited, copy_linear, zero_module
 from .base import from_heads, to_heads
 
 
@@ -94,6 +95,27 @@ class InfSAttention(nn.Module):
     def power(self):
         """The exponent of gamma in this layer's output scale."""
         return self.depth if self.discount == 'depth' and self.variant == 'pure' else 1
+
+    def inherit_softmax(self, attn):
+        """Start from a softmax attention: ``q``, ``k`` (untied; tied Q = K
+        drops the teacher's k), ``v`` and ``proj`` copied, ``gamma`` at
+        ``gamma_init``, a LePE local path at zero."""
+        result = Inherited({}, 'q, k, v, proj' if self.k is not None else 'q, v, proj')
+        copy_linear(result, 'q', self.q, attn.q)
+        if self.k is not None:
+            copy_linear(result, 'k', self.k, attn.k)
+        else:
+            result.dropped['k.weight, k.bias'] = 'tied Q = K'
+        copy_linear(result, 'v', self.v, attn.v)
+        copy_linear(result, 'proj', self.proj, attn.proj)
+        result.new['gamma_logit'] = f'gamma_init {self.gamma_init}'
+        if self.lepe is not None:
+            result.tensors.update(
+                {f'lepe.{k}': v for k, v in zero_module(self.lepe).items()})
+            result.new['lepe'] = 'zero (the branch adds nothing)'
+        if attn.bias_table is not None:
+            result.dropped['bias_table'] = 'no position bias here'
+        return result
 
     def forward(self, x, hw_shape, state=MixerState()):
         q = to_heads(self.q(x), self.num_heads)

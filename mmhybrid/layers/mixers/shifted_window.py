@@ -1,4 +1,6 @@
 """Swin's shifted-window attention, the 'local' attention of SwinELFATT."""
+import math
+
 import torch
 import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
@@ -6,6 +8,7 @@ from mmengine.model.weight_init import trunc_normal_
 from mmhybrid.ops.windows import (padded_size, window_attention, window_mask,
                                   window_partition, window_reverse)
 from mmhybrid.registry import MIXERS
+from ..inherit import take
 from .base import AttentionMixer
 
 
@@ -42,6 +45,29 @@ class ShiftedWindowAttention(AttentionMixer):
         self.register_buffer('relative_position_index',
                              rel[0] * (2 * window_size - 1) + rel[1], persistent=False)
         trunc_normal_(self.relative_position_bias_table, std=.02)
+
+    def inherit_softmax(self, attn):
+        """:meth:`AttentionMixer.inherit_softmax`, and the teacher's
+        relative-position-bias table, resized bicubically to this window if
+        another (zero, plain window attention, from a teacher without one)."""
+        from mmhybrid.models.utils.pos_embed import resize_rel_pos_bias_table
+        result = super().inherit_softmax(attn)
+        result.dropped.pop('bias_table', None)
+        own, table = self.relative_position_bias_table, attn.bias_table
+        if table is None:
+            result.tensors['relative_position_bias_table'] = torch.zeros_like(own)
+            result.new['relative_position_bias_table'] = 'zero (the teacher has none)'
+            return result
+        if table.shape[0] != own.shape[0]:
+            src = (math.isqrt(table.shape[0]) + 1) // 2
+            table = resize_rel_pos_bias_table(table, self.window_size)
+            result.note = (f'relative_position_bias_table resized from window {src} '
+                           f'to {self.window_size}')
+        else:
+            result.copied += ', relative_position_bias_table'
+        result.tensors['relative_position_bias_table'] = take(
+            own, table, 'relative_position_bias_table')
+        return result
 
     def attend(self, q, k, v, hw_shape, state):
         ws = self.window_size

@@ -8,6 +8,7 @@ from mmhybrid.ops import bi_wkv, quad_token_shift, wkv_macs
 from mmhybrid.ops.streaming import in_token_slices
 from mmhybrid.registry import MIXERS
 from ..block import MixerState
+from ..inherit import Inherited, take
 
 # ChannelMix runs on slices of this many tokens (see in_token_slices)
 SLICE_TOKENS = 2048
@@ -87,6 +88,25 @@ class SpatialMix(nn.Module):
         B, N, C = x.shape
         return {'wkv': wkv_macs(B, N, C)}
 
+    def inherit_softmax(self, attn):
+        """Start from a softmax attention: ``receptance <- q``, ``key <- k``,
+        ``value <- v``, ``output <- proj`` (the teacher's biases have no place:
+        WKV has none), ``shift_mix.mix = 1`` (no token shift at the start), the
+        decays from :meth:`init_decay`."""
+        result = Inherited({}, 'receptance<-q, key<-k, value<-v, output<-proj')
+        for ours, theirs in (('receptance', attn.q), ('key', attn.k),
+                             ('value', attn.v), ('output', attn.proj)):
+            result.tensors[f'{ours}.weight'] = take(getattr(self, ours).weight,
+                                                    theirs.weight, ours)
+        result.tensors['shift_mix.mix'] = torch.ones_like(self.shift_mix.mix)
+        result.new['shift_mix.mix'] = '1 (no token shift)'
+        result.new['spatial_decay, spatial_first'] = 'init_decay'
+        if not isinstance(self.key_norm, nn.Identity):
+            result.new['key_norm'] = 'init'
+        if attn.q.bias is not None:
+            result.dropped['q.bias, k.bias, v.bias, proj.bias'] = 'WKV has none'
+        return result
+
     def forward(self, x, hw_shape, state=MixerState()):
         xk, xv, xr = self.shift_mix(x, hw_shape)
         # off CUDA bi_wkv runs its torch path, channel-major: k, v, r, the WKV
@@ -113,6 +133,27 @@ class ChannelMix(nn.Module):
                          if key_norm else nn.Identity())
         self.receptance = nn.Linear(dims, dims, bias=False)
         self.value = nn.Linear(hidden, dims, bias=False)
+
+    def inherit_mlp(self, mlp):
+        """Start from a Transformer MLP (:class:`MlpWeights`): ``key <- fc1``,
+        ``receptance`` zero (its sigmoid gate is 0.5 everywhere), ``value <- 2
+        fc2`` (compensating that gate), ``shift_mix.mix = 1`` (no token shift);
+        the biases have no place and GELU becomes ReLU^2 (not the teacher's
+        function)."""
+        result = Inherited({}, 'key<-fc1, value<-2*fc2',
+                           note='GELU -> ReLU^2')
+        result.tensors['key.weight'] = take(self.key.weight, mlp.fc1.weight, 'key')
+        result.tensors['value.weight'] = take(self.value.weight, 2 * mlp.fc2.weight,
+                                              'value')
+        result.tensors['receptance.weight'] = torch.zeros_like(self.receptance.weight)
+        result.new['receptance'] = 'zero (gate 0.5)'
+        result.tensors['shift_mix.mix'] = torch.ones_like(self.shift_mix.mix)
+        result.new['shift_mix.mix'] = '1 (no token shift)'
+        if not isinstance(self.key_norm, nn.Identity):
+            result.new['key_norm'] = 'init'
+        if mlp.fc1.bias is not None:
+            result.dropped['fc1.bias, fc2.bias'] = 'ChannelMix has none'
+        return result
 
     def forward(self, x, hw_shape):
         shifted = quad_token_shift(x, hw_shape)

@@ -25,6 +25,9 @@ def block_schedule(block, depths):
 ARCH_ZOO = {
     't': dict(embed_dims=(96, 128, 192, 256),
               mixers=block_schedule('WGGG', (2, 2, 6, 2))),
+    # Swin-T's widths and depths: the student of a Swin-T teacher (docs/weights.md)
+    's': dict(embed_dims=(96, 192, 384, 768),
+              mixers=block_schedule('WGGG', (2, 2, 6, 2))),
     'b': dict(embed_dims=(128, 256, 512, 1024),
               mixers=block_schedule('WGGG', (2, 2, 16, 2))),
 }
@@ -32,7 +35,7 @@ ARCH_ZOO = {
 
 @register_model()
 class InfiniteVLVision(SoLAVision):
-    """InfiniteVL-style hierarchical backbone (archs 't', 'b' or a dict).
+    """InfiniteVL-style hierarchical backbone (archs 't', 's', 'b' or a dict).
 
     Takes every argument of :class:`SoLAVision`; the archs have no global
     softmax layer and therefore no Hidden State Bridge. ``window_size`` (default

@@ -39,7 +39,7 @@ ARCH_ZOO = {
 }
 # SoLA with bidirectional Gated DeltaNet ('G') in place of every WKV layer ('L'):
 # same widths and HSB routes (docs/design.md, "Gated DeltaNet, sliding-window ...")
-for _arch in ('t', 'b'):
+for _arch in ('t', 's', 'b'):
     ARCH_ZOO[f'{_arch}-gdn'] = dict(
         ARCH_ZOO[_arch], mixers=ARCH_ZOO[_arch]['mixers'].replace('L', 'G'))
 
@@ -72,7 +72,7 @@ class SoLAVision(PyramidBackbone):
 
     Args:
         arch (str | dict): 't', 's', 'b' (or 'tiny', 'small', 'base'), 't-gdn',
-            'b-gdn' (every 'L' replaced by 'G'), or a dict with ``embed_dims``,
+            's-gdn', 'b-gdn' (every 'L' replaced by 'G'), or a dict with ``embed_dims``,
             ``mixers`` and optionally ``hsb_routes``.
         mixers (str | sequence, optional): override the arch's token mixers, one
             entry per stage, each a list of registered mixer names or letters

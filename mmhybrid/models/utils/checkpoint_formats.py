@@ -18,8 +18,11 @@ from typing import Callable, Tuple
 import torch
 
 from mmhybrid.utils.checkpoint import load_checkpoint
+from .inherit import SUPPORTED_PAIRS, inherit_from_softmax, teacher_blocks
 
-VIT, SWIN, CSWIN = ('InfViT', ), ('SwinELFATT', ), ('CSWin', )
+# SoLAVision (and InfiniteVLVision) take Swin's softmax layers by weight
+# inheritance (.inherit)
+VIT, SWIN, CSWIN = ('InfViT', ), ('SwinELFATT', 'SoLAVision'), ('CSWin', )
 
 
 @dataclass(frozen=True)
@@ -239,14 +242,20 @@ def detect_format(state_dict):
 
 def convert_state_dict(state_dict, model):
     """``state_dict`` in any registered layout -> ``model``'s names: ``(state_dict,
-    format (None: ours), skipped non-backbone keys, notes for the load report)``."""
+    format (None: ours), skipped non-backbone keys, notes for the load report,
+    the :class:`~.inherit.Inheritance` account or None)``.
+
+    A checkpoint whose blocks are softmax layers (Swin, DeiT, ViT; after
+    conversion, or in our Swin / ViT layout) reaches ``model``'s blocks through
+    their mixers' and MLPs' rules (:func:`~.inherit.inherit_from_softmax`)."""
     fmt = detect_format(state_dict)
-    skipped, notes = [], []
+    skipped, notes, account = [], [], None
     if fmt is not None:
         if not is_a(model, fmt.targets):
             raise ValueError(
                 f'this is a {fmt.name} checkpoint ({fmt.source}): it converts into '
-                f'{", ".join(fmt.targets)}, not {type(model).__name__}')
+                f'{", ".join(fmt.targets)}, not {type(model).__name__}. Pairs we '
+                f'support: {SUPPORTED_PAIRS}')
         skip = re.compile(fmt.skip)
         skipped = [k for k in state_dict if skip.search(k)]
         if 'dist_token' in state_dict:
@@ -259,12 +268,15 @@ def convert_state_dict(state_dict, model):
                          "downsample='conv' (build with downsample='linear')")
     if is_a(model, VIT):
         state_dict = _fit_vit(state_dict, model, notes)
-    return state_dict, fmt, skipped, notes
+    if is_a(model, VIT + SWIN) and teacher_blocks(state_dict) is not None:
+        state_dict, account = inherit_from_softmax(state_dict, model)
+    return state_dict, fmt, skipped, notes, account
 
 
 def _fit_vit(state_dict, model, notes):
     """Class-token slot of the position embedding, a missing patch bias,
-    tied/untied q, k and fused/separate q, k, v."""
+    tied/untied q, k of InfSA checkpoints (a softmax ViT's fused q, k, v reach
+    InfSA through its own rule, ``inherit_softmax``)."""
     state_dict = dict(state_dict)
     pos = state_dict.get('pos_embed')
     extra = model.num_extra_tokens
@@ -286,17 +298,12 @@ def _fit_vit(state_dict, model, notes):
         # mmseg's ViT has no patch bias by default: a zero one is that function
         state_dict[bias] = torch.zeros_like(model.patch_embed.projection.bias)
         notes.append('zero patch_embed bias (the checkpoint has none)')
-    tied, filled, split = [], [], []
+    tied, filled = [], []
     for i, layer in enumerate(model.layers):
         attn = layer.attn
         if not hasattr(attn, 'tie_qk'):
             continue
-        qkv, k, q = f'layers.{i}.attn.qkv.', f'layers.{i}.attn.k.', f'layers.{i}.attn.q.'
-        if any(key.startswith(qkv) for key in state_dict):  # softmax ViT -> InfSA
-            for key in [key for key in state_dict if key.startswith(qkv)]:
-                for name, part in zip('qkv', state_dict.pop(key).chunk(3)):
-                    state_dict[f'layers.{i}.attn.{name}.{key[len(qkv):]}'] = part
-            split.append(i)
+        k, q = f'layers.{i}.attn.k.', f'layers.{i}.attn.q.'
         has_k = any(key.startswith(k) for key in state_dict)
         if attn.k is None and has_k and state_dict.get(
                 k + 'weight', attn.q.weight).shape == attn.q.weight.shape:
@@ -307,9 +314,6 @@ def _fit_vit(state_dict, model, notes):
             state_dict.update({k + key[len(q):]: value for key, value
                                in state_dict.items() if key.startswith(q)})
             filled.append(i)
-    if split:
-        notes.append(f'attn.qkv of layers {split} split into the q, k, v of InfSA '
-                     '(an initialisation, not the same function)')
     if tied:
         raise ValueError(
             f'the checkpoint has separate key projections (attn.k) for layers '
@@ -340,7 +344,7 @@ def convert_checkpoint_file(src, dst, model):
     else:  # a linear classifier (official head.*, timm Swin head.fc.*) -> head.fc.*
         others = {'head.fc.' + re.sub(r'^head\.(fc\.)?', '', k): v
                   for k, v in state_dict.items() if k.startswith('head.')}
-    converted, fmt, _, _ = convert_state_dict(state_dict, model)
+    converted, fmt, _, _, _ = convert_state_dict(state_dict, model)
     out = {**{f'backbone.{k}': v for k, v in converted.items()}, **others}
     meta = dict(converted_from=str(src), format=fmt.name if fmt else 'mmhybrid',
                 model=type(model).__name__)

@@ -110,7 +110,8 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
         if not state_dict:
             raise ValueError(f'no key of {checkpoint} starts with {prefix!r}; its '
                              f'keys start with {heads[:8]}: set init_cfg prefix=')
-    state_dict, fmt, skipped, notes = convert_state_dict(state_dict, module)
+    state_dict, fmt, skipped, notes, account = convert_state_dict(state_dict, module)
+    new = account.new if account else set()
     own = module.state_dict()
     key = 'patch_embed.projection.weight'
     if key in state_dict and key in own:
@@ -129,20 +130,25 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
     matched = {k: v for k, v in state_dict.items()
                if k in own and v.shape == own[k].shape}
     unexpected = [k for k in state_dict if k not in own]
-    missing = [k for k in own if k not in state_dict]
-    dropped = len(unexpected) + len(mismatched)
+    missing = [k for k in own if k not in state_dict and k not in new]
+    loaded = len([k for k in matched if k not in new])
+    dropped = len(unexpected) + len(mismatched) + (account.dropped if account else 0)
     source = f' ({fmt.name} format, converted)' if fmt else ''
     if dropped:
-        source += (f', dropping {dropped} of its {len(state_dict)} backbone '
-                   'tensors')
+        total = account.teacher_tensors if account else len(state_dict)
+        source += f', dropping {dropped} of its {total} backbone tensors'
     if skipped:
         notes.insert(0, f'skipped {len(skipped)} non-backbone{_names(skipped)}')
-    summary = (f'{owner}: loaded {len(matched)}/{len(own)} tensors from '
+    if new:
+        notes.insert(0, f'new {len(new)} (how each starts: "from softmax layers")')
+    if account and account.summary:
+        notes.append(f'from softmax layers: {account.summary}')
+    summary = (f'{owner}: loaded {loaded}/{len(own)} tensors from '
                f'{checkpoint}{source}; missing {len(missing)}{_names(missing)}; '
                f'unexpected {len(unexpected)}{_names(unexpected)}; shape-mismatched '
                f'(checkpoint vs model) {len(mismatched)}{_names(mismatched)}'
                + ''.join(f'; {n}' for n in notes))
-    partial = bool(missing or unexpected or mismatched)
+    partial = bool(missing or unexpected or mismatched or new)
     if strict and partial:
         raise ValueError(f'{summary}. strict=True needs an exact match: use '
                          'strict=False for a partial load')
