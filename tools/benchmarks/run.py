@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-SUITES = ('backbones', 'ops', 'attention', 'infvit', 'sd', 'deploy')
+SUITES = ('backbones', 'ops', 'attention', 'infvit', 'sd', 'deploy', 'linearize')
 
 
 def main(argv=None):
