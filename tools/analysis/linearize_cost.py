@@ -41,8 +41,7 @@ TENSOR_KINDS = ('matmul', 'conv', 'attention')
 
 def build(config):
     from mmhybrid.registry import build_model
-    cfg = Config.fromfile(config)
-    return build_model(cfg.model).eval(), cfg
+    return build_model(Config.fromfile(config).model).eval()
 
 
 def trained_modules(model):
@@ -106,15 +105,18 @@ def stage_costs(size, batch):
         return total
 
     # Stage I: teacher + student layers forward, backward of the trained parts
-    model, _ = build(CONFIGS[1])
+    model = build(CONFIGS[1])
     flops = count_flops(model, x, mode='loss')
     trained = trained_modules(model)
-    under = lambda name: any(name.startswith(t + '.') or name == t for t in trained)  # noqa: E731
+
+    def trains(name):
+        return any(name == t or name.startswith(t + '.') for t in trained)
+
     costs.append(('Stage I (layer-wise)', tensor_macs(flops, ['']),
                   BACKWARD * tensor_macs(flops, trained),
-                  wkv(wkv_shapes(model, x, mode='loss'), under)))
+                  wkv(wkv_shapes(model, x, mode='loss'), trains)))
     # Stage II: teacher + whole student (and heads) forward, student backward
-    model, _ = build(CONFIGS[2])
+    model = build(CONFIGS[2])
     flops = count_flops(model, x, mode='loss')
     student = tensor_macs(flops, ['backbone', 'head'])
     shapes = wkv_shapes(model, x, mode='loss')
