@@ -14,7 +14,11 @@ but the last of stages 3 and 4, which stay softmax) is then made four ways:
   Eq. 4) for half the budget each.
 
 Each student, and the teacher as the reference, is then fine-tuned as the same
-UPerNet on the toy ADE20K (same iterations, same seed), and its mIoU is read.
+UPerNet on the toy ADE20K (same iterations, same seed), and its mIoU is read. By
+default the backbone stays frozen there (``frozen_stages=4``: only the UPerNet
+heads train), so the mIoU measures the features each start gives; with
+``--train-backbone`` everything trains (at this toy scale a 120-iteration full
+fine-tune brings every start to the same mIoU, a first run showed).
 Prints a table (mIoU mean and spread over the seeds, the per-layer relative MSE
 of the students against the teacher before and after Stage I), writes
 ``study.csv`` and ``study.png`` into ``--out``::
@@ -24,6 +28,7 @@ of the students against the teacher before and after Stage I), writes
 import argparse
 import copy
 import csv
+import json
 import os
 import os.path as osp
 
@@ -58,7 +63,9 @@ def parse_args():
     p.add_argument('--teacher-iters', type=int, default=300)
     p.add_argument('--distill-iters', type=int, default=200,
                    help='the distillation budget of each distilled student')
-    p.add_argument('--finetune-iters', type=int, default=100)
+    p.add_argument('--finetune-iters', type=int, default=80)
+    p.add_argument('--train-backbone', action='store_true',
+                   help='fine-tune the backbone too (default: frozen)')
     return p.parse_args()
 
 
@@ -89,8 +96,13 @@ def _save(runner, path):
     return path
 
 
-def train_teacher(data, out, iters):
-    """The toy ImageNet classifier; returns (checkpoint, val top-1 %)."""
+def _cached(path, make):
+    """``path`` if an earlier run of the study wrote it, else ``make(path)``."""
+    return path if osp.isfile(path) else make(path)
+
+
+def train_teacher(data, out, iters, path):
+    """The toy ImageNet classifier, saved to ``path``."""
     pipeline = [dict(type='LoadImageFromFile'),
                 dict(type='RandomResizedCrop', scale=64, crop_ratio_range=(0.6, 1.)),
                 dict(type='RandomFlip', prob=0.5), dict(type='PackInputs')]
@@ -98,9 +110,6 @@ def train_teacher(data, out, iters):
                                                              shuffle=True),
                   dataset=dict(type='ImageNet', data_root=data, split='train',
                                pipeline=pipeline))
-    val = dict(loader, sampler=dict(type='DefaultSampler', shuffle=False),
-               dataset=dict(type='ImageNet', data_root=data, split='val', pipeline=[
-                   dict(type='LoadImageFromFile'), dict(type='PackInputs')]))
     cfg = dict(
         default_scope='mmpretrain',
         model=dict(type='ImageClassifier', backbone=dict(TEACHER, out_indices=(3, )),
@@ -109,17 +118,13 @@ def train_teacher(data, out, iters):
                              loss=dict(type='CrossEntropyLoss'), topk=(1, )),
                    data_preprocessor=dict(num_classes=4, mean=MEAN, std=STD,
                                           to_rgb=True)),
-        train_dataloader=loader, val_dataloader=val,
-        val_evaluator=dict(type='Accuracy', topk=(1, )),
-        train_cfg=dict(by_epoch=False, max_iters=iters, val_interval=iters + 1),
-        val_cfg=dict(),
+        train_dataloader=loader, train_cfg=dict(by_epoch=False, max_iters=iters),
         optim_wrapper=dict(optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05)),
         param_scheduler=[dict(type='CosineAnnealingLR', T_max=iters, by_epoch=False,
                               eta_min=1e-5)])
     runner = _run(cfg, osp.join(out, 'teacher'), 0)
     runner.train()
-    accuracy = runner.val()['accuracy/top1']
-    return _save(runner, osp.join(out, 'teacher.pth')), accuracy
+    return _save(runner, path)
 
 
 def distill(stage_cfg, backbone, teacher, data, iters, work_dir, seed):
@@ -141,14 +146,37 @@ def distill(stage_cfg, backbone, teacher, data, iters, work_dir, seed):
     return runner
 
 
-def probe_images(data, count=32):
-    """Fixed toy images as the distiller's normalised input batch."""
+def load_images(paths):
+    """Toy images at 64x64 as a normalised (N, 3, 64, 64) batch."""
     import cv2
-    folder = osp.join(data, 'train')
-    paths = sorted(osp.join(d, f) for d, _, files in os.walk(folder) for f in files)
-    images = [cv2.resize(cv2.imread(p)[..., ::-1], (64, 64)) for p in paths[:count]]
+    images = [cv2.resize(cv2.imread(p)[..., ::-1], (64, 64)) for p in paths]
     x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
     return (x - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None]
+
+
+def probe_images(data, count=32):
+    """Fixed toy training images of every class, for the per-layer errors."""
+    folder = osp.join(data, 'train')
+    paths = sorted(osp.join(d, f) for d, _, files in os.walk(folder) for f in files)
+    return load_images(paths[::max(len(paths) // count, 1)][:count])
+
+
+def head_top1(backbone, teacher, data):
+    """Top-1 (%) on the toy ImageNet val set of ``backbone`` under the teacher's
+    own classifier (its linear head on the average of the last map): how much of
+    the teacher's function a student keeps (chance: 25%)."""
+    from mmhybrid.registry import build_model
+    with open(osp.join(data, 'meta', 'val.txt')) as f:
+        pairs = [line.split() for line in f if line.strip()]
+    x = load_images([osp.join(data, 'val', name) for name, _ in pairs])
+    labels = torch.tensor([int(label) for _, label in pairs])
+    model = build_model(dict(backbone, out_indices=(3, )))
+    model.init_weights()
+    head = torch.load(teacher, map_location='cpu')['state_dict']
+    with torch.no_grad():
+        features = model.eval()(x)[-1].mean((2, 3))
+        logits = features @ head['head.fc.weight'].T + head['head.fc.bias']
+    return (logits.argmax(1) == labels).float().mean().item() * 100
 
 
 def layer_errors(model, images):
@@ -157,22 +185,11 @@ def layer_errors(model, images):
         return model.eval().relative_errors(images)
 
 
-def inherited_errors(mixer, teacher, images):
-    """The errors of the student as inherited, before any training."""
-    from mmhybrid.registry import build_model
-    cfg = Config.fromfile(STAGE1).model
-    cfg.update(teacher=dict(TEACHER, init_cfg=dict(type='Pretrained',
-                                                   checkpoint=teacher)),
-               backbone=student(mixer, teacher))
-    model = build_model(cfg.to_dict())
-    model.init_weights()
-    return layer_errors(model, images)
-
-
-def finetune(backbone, ade, iters, work_dir, seed):
-    """The toy UPerNet from ``backbone``; returns its mIoU."""
+def finetune(backbone, ade, iters, work_dir, seed, train_backbone=False):
+    """The toy UPerNet from ``backbone`` (frozen unless ``train_backbone``);
+    returns its mIoU."""
     cfg = Config.fromfile(UPERNET)
-    cfg.model.backbone = backbone
+    cfg.model.backbone = dict(backbone, frozen_stages=-1 if train_backbone else 4)
     cfg.model.decode_head.update(in_channels=list(DIMS), channels=32)
     cfg.model.auxiliary_head.update(in_channels=DIMS[2], channels=16)
     cfg.data_root = ade
@@ -189,20 +206,36 @@ def finetune(backbone, ade, iters, work_dir, seed):
 
 
 def students(mixer, teacher, data, args, seed, out):
-    """``{variant: backbone config}`` of ``mixer``'s four students, and the
-    Stage I student's per-layer errors."""
+    """``{variant: backbone config}`` of ``mixer``'s four students (their
+    checkpoints kept in ``out``: a rerun reuses them)."""
     half = args.distill_iters // 2
-    stage1 = distill(STAGE1, student(mixer, teacher), teacher, data,
-                     args.distill_iters, osp.join(out, 'stage1'), seed)
-    first = distill(STAGE1, student(mixer, teacher), teacher, data, half,
-                    osp.join(out, 'stage1-half'), seed)
-    first_ckpt = _save(first, osp.join(out, 'stage1-half.pth'))
-    both = distill(STAGE2, student(mixer, first_ckpt), teacher, data,
-                   args.distill_iters - half, osp.join(out, 'stage2'), seed)
-    made = {'scratch': student(mixer), 'inherit': student(mixer, teacher),
-            'stage1': student(mixer, _save(stage1, osp.join(out, 'stage1.pth'))),
-            'stage1+2': student(mixer, _save(both, osp.join(out, 'stage2.pth')))}
-    return made, stage1.model
+
+    def stage1(path, iters=args.distill_iters):
+        return _save(distill(STAGE1, student(mixer, teacher), teacher, data, iters,
+                             osp.join(out, 'work'), seed), path)
+
+    def stage2(path):
+        first = _cached(osp.join(out, 'stage1-half.pth'),
+                        lambda p: stage1(p, half))
+        return _save(distill(STAGE2, student(mixer, first), teacher, data,
+                             args.distill_iters - half, osp.join(out, 'work'), seed),
+                     path)
+
+    return {'scratch': student(mixer), 'inherit': student(mixer, teacher),
+            'stage1': student(mixer, _cached(osp.join(out, 'stage1.pth'), stage1)),
+            'stage1+2': student(mixer, _cached(osp.join(out, 'stage2.pth'), stage2))}
+
+
+def stage1_errors(mixer, checkpoint, teacher, images):
+    """The per-layer errors of a Stage I checkpoint's student."""
+    from mmhybrid.registry import build_model
+    cfg = Config.fromfile(STAGE1).model
+    cfg.update(teacher=dict(TEACHER, init_cfg=dict(type='Pretrained',
+                                                   checkpoint=teacher)),
+               backbone=student(mixer, checkpoint))
+    model = build_model(cfg.to_dict())
+    model.init_weights()
+    return layer_errors(model, images)
 
 
 def plot(rows, errors, path):
@@ -243,55 +276,73 @@ def main():
     MMLogger.get_instance('mmengine', log_level='WARNING')
     data = make_toy_imagenet(osp.join(args.out, 'imagenet'), 48, 8, size=64)
     ade = make_toy_ade20k(osp.join(args.out, 'ade'))
-    teacher, accuracy = train_teacher(data, args.out, args.teacher_iters)
-    print(f'teacher: toy ImageNet val top-1 {accuracy:.1f}% (chance 25%)', flush=True)
+    teacher = _cached(osp.join(args.out, 'teacher.pth'),
+                      lambda p: train_teacher(data, args.out, args.teacher_iters, p))
+    teacher_cfg = dict(TEACHER, init_cfg=dict(type='Pretrained', checkpoint=teacher))
     images = probe_images(data)
-    rows, errors = [], {}
-    for seed in args.seeds:
-        miou = finetune(dict(TEACHER, init_cfg=dict(type='Pretrained',
-                                                    checkpoint=teacher)),
-                        ade, args.finetune_iters, osp.join(args.out, 'ft'), seed)
-        rows.append(dict(mixer='teacher', variant='teacher', seed=seed, mIoU=miou))
-        print(f'teacher seed {seed}: mIoU {miou:.2f}', flush=True)
+    cache_path = osp.join(args.out, 'results.json')
+    cache = json.load(open(cache_path)) if osp.isfile(cache_path) else {}
+
+    def measure(mixer, variant, seed, backbone, out):
+        key = f'{mixer}/{variant}/{seed}/{args.finetune_iters}/{args.train_backbone}'
+        if key not in cache:
+            cache[key] = dict(
+                top1=head_top1(backbone, teacher, data),
+                mIoU=float(finetune(backbone, ade, args.finetune_iters,
+                                    osp.join(out, 'ft'), seed, args.train_backbone)))
+            json.dump(cache, open(cache_path, 'w'), indent=1)
+        row = dict(mixer=mixer, variant=variant, seed=seed, **cache[key])
+        print(f"{mixer} {variant} seed {seed}: top-1 {row['top1']:.1f}%, "
+              f"mIoU {row['mIoU']:.2f}", flush=True)
+        return row
+
+    rows = [measure('teacher', 'teacher', seed, teacher_cfg, args.out)
+            for seed in args.seeds]
+    errors = {}
     for mixer in args.mixers:
-        errors[(mixer, 'before')] = inherited_errors(mixer, teacher, images)
         for seed in args.seeds:
             out = osp.join(args.out, mixer, str(seed))
-            made, stage1 = students(mixer, teacher, data, args, seed, out)
+            made = students(mixer, teacher, data, args, seed, out)
             if seed == args.seeds[0]:
-                errors[(mixer, 'after')] = layer_errors(stage1, images)
-            for variant, backbone in made.items():
-                miou = finetune(backbone, ade, args.finetune_iters,
-                                osp.join(out, 'ft'), seed)
-                rows.append(dict(mixer=mixer, variant=variant, seed=seed, mIoU=miou))
-                print(f'{mixer} {variant} seed {seed}: mIoU {miou:.2f}', flush=True)
+                errors[(mixer, 'before')] = stage1_errors(mixer, teacher, teacher,
+                                                          images)
+                errors[(mixer, 'after')] = stage1_errors(
+                    mixer, osp.join(out, 'stage1.pth'), teacher, images)
+            rows += [measure(mixer, variant, seed, backbone, out)
+                     for variant, backbone in made.items()]
+    report(rows, errors, args)
+    plot(rows, errors, osp.join(args.out, 'study.png'))
+    print(f'wrote {osp.join(args.out, "study.csv")} and study.png')
+
+
+def report(rows, errors, args):
     with open(osp.join(args.out, 'study.csv'), 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=['mixer', 'variant', 'seed', 'mIoU'])
+        writer = csv.DictWriter(f, fieldnames=['mixer', 'variant', 'seed', 'top1',
+                                               'mIoU'])
         writer.writeheader()
         writer.writerows(rows)
-    print(f'\nteacher toy ImageNet top-1 {accuracy:.1f}%; UPerNet fine-tune '
-          f'{args.finetune_iters} iterations; distillation {args.distill_iters} '
-          f'iterations; seeds {args.seeds}')
-    print('| mixer | ' + ' | '.join(VARIANTS) + ' |')
+    backbone = 'trained' if args.train_backbone else 'frozen'
+    print(f'\nUPerNet fine-tune {args.finetune_iters} iterations (backbone {backbone}); '
+          f'distillation {args.distill_iters} iterations; seeds {args.seeds}; '
+          'mean +- std over seeds')
+    print('| student | ' + ' | '.join(VARIANTS) + ' |')
     print('| --- |' + ' --- |' * len(VARIANTS))
-    for mixer in args.mixers:
-        cells = []
-        for variant in VARIANTS:
-            values = [r['mIoU'] for r in rows if (r['mixer'], r['variant']) ==
-                      (mixer, variant)]
-            cells.append(f'{np.mean(values):.2f} ± {np.std(values):.2f}')
-        print(f'| {mixer} | ' + ' | '.join(cells) + ' |')
-    teacher_values = [r['mIoU'] for r in rows if r['mixer'] == 'teacher']
-    print(f'| teacher (softmax) | {np.mean(teacher_values):.2f} ± '
-          f'{np.std(teacher_values):.2f} | | | |')
-    print('\nper-layer relative MSE to the teacher (seed '
-          f'{args.seeds[0]}), mean over layers:')
+    for metric, label in (('top1', 'teacher-head top-1 %'), ('mIoU', 'mIoU')):
+        for mixer in args.mixers:
+            cells = []
+            for variant in VARIANTS:
+                values = [r[metric] for r in rows
+                          if (r['mixer'], r['variant']) == (mixer, variant)]
+                cells.append(f'{np.mean(values):.1f} +- {np.std(values):.1f}')
+            print(f'| {mixer}, {label} | ' + ' | '.join(cells) + ' |')
+        values = [r[metric] for r in rows if r['mixer'] == 'teacher']
+        print(f'| teacher (softmax), {label} | {np.mean(values):.1f} +- '
+              f'{np.std(values):.1f} | | | |')
+    print(f'\nper-layer relative MSE to the teacher layer (seed {args.seeds[0]}):')
     for (mixer, when), values in sorted(errors.items()):
         print(f'  {mixer} {when} Stage I: ' + ', '.join(
             f'{s}.{l} {v:.4f}' for (s, l), v in sorted(values.items())) +
             f'; mean {np.mean(list(values.values())):.4f}')
-    plot(rows, errors, osp.join(args.out, 'study.png'))
-    print(f'wrote {osp.join(args.out, "study.csv")} and study.png')
 
 
 if __name__ == '__main__':
