@@ -16,7 +16,7 @@ from mmengine.config import Config, ConfigDict, DictAction
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
-from mmhybrid.utils import register_scope
+from mmhybrid.utils import check_backbone_widths, register_scope
 from tools.cpu_distributed import setup_cpu_distributed
 
 DATA_KEYS = ('train_dataloader', 'val_dataloader', 'test_dataloader',
@@ -203,6 +203,15 @@ def check_checkpoint_paths(cfg, load_from=True):
             'checkpoint not found: ' + ', '.join(f'{w}={p!r}' for w, p in missing) +
             f' (working directory {os.getcwd()}); fix the path, or remove the '
             'entry to start from scratch')
+
+
+def check_widths(cfg):
+    """The neck (or heads) of the model read the channels its backbone returns
+    (:func:`mmhybrid.utils.check_backbone_widths`, one dry run of the backbone)."""
+    try:
+        check_backbone_widths(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
 
 
 def check_work_dir(cfg, resume=False):

@@ -9,8 +9,8 @@ import argparse
 import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.utils import trusted_path
 from tools._common import (ConfigError, apply_test_options, build_runner,
-                           check_checkpoint_paths, check_data, end_process_group,
-                           load_config, parse_with_launcher)
+                           check_checkpoint_paths, check_data, check_widths,
+                           end_process_group, load_config, parse_with_launcher)
 
 
 def parse_args():
@@ -35,6 +35,7 @@ def main():
         cfg.resume = False
         check_data(cfg, ['test_dataloader'])
         check_checkpoint_paths(cfg)
+        check_widths(cfg)
         apply_test_options(cfg, args.out, args.show_dir, args.tta)
     except ConfigError as err:
         raise SystemExit(f'error: {err}') from None

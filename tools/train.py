@@ -13,8 +13,8 @@ from mmengine.device import get_device
 import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.utils import find_latest_checkpoint, trusted_path
 from tools._common import (ConfigError, build_runner, check_checkpoint_paths, check_data,
-                           check_work_dir, end_process_group, load_config,
-                           parse_with_launcher)
+                           check_widths, check_work_dir, end_process_group,
+                           load_config, parse_with_launcher)
 
 
 def parse_args():
@@ -35,6 +35,7 @@ def load_checked_config(args):
         cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
         check_data(cfg, ['train_dataloader', 'val_dataloader'])
         check_checkpoint_paths(cfg, load_from=args.resume is None)
+        check_widths(cfg)
         if args.resume not in (None, 'auto') and not os.path.isfile(args.resume):
             raise ConfigError(f'--resume {args.resume}: no such checkpoint')
         check_work_dir(cfg, resume=args.resume is not None)

@@ -7,8 +7,11 @@ here changes mmengine; :class:`mmhybrid.engine.AtomicCheckpointHook` (named in
 our config bases) writes checkpoints with :func:`atomic_write` in the form of
 :func:`to_weights_only`, so ``torch.load``, mmseg's ``init_model`` and mmdet's
 ``init_detector`` read them anywhere. :func:`load_checkpoint` reads weights-only
-with one clear error per bad file; the user's own files (``tools/train.py
---resume``, ``tools/test.py``, through :func:`trusted_path`) may be unpickled.
+with one clear error per bad file, downloads included; the user's own files may be
+unpickled when named ``trusted://PATH``, a scheme registered with mmengine's
+``CheckpointLoader`` (its extension point; no existing scheme changes) when this
+module is imported, so the same spelling works in ``tools/``, ``load_from``,
+``init_cfg`` Pretrained, ``mmseg.apis.init_model`` and ``mmdet.apis.init_detector``.
 """
 import glob
 import io
@@ -18,11 +21,12 @@ import pickle
 import tempfile
 import zipfile
 from collections import OrderedDict
+from urllib.parse import urlparse
 
 import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer, print_log
-from mmengine.runner.checkpoint import CheckpointLoader
+from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint_to_model
 
 _TAG = '__mmhybrid__'
 _TENSOR_KINDS = 'biuf'  # numpy dtypes stored as tensors; others as lists
@@ -219,10 +223,10 @@ def load_local_checkpoint(filename, map_location=None, trusted=False):
             raise CheckpointError(
                 f'checkpoint {filename} holds Python objects ({shown}) besides '
                 'tensors and containers, so it was not unpickled (that could run '
-                'code). Only if you made this file (e.g. an mmengine training '
-                'checkpoint written without mmhybrid.AtomicCheckpointHook): resume '
-                'it with tools/train.py --resume, test it with tools/test.py, or '
-                're-save it with mmhybrid.utils.resave_weights_only(path).') from err
+                'code). Only if you made this file (e.g. mmengine\'s CheckpointHook '
+                'wrote it): name it trusted://'
+                f'{osp.abspath(filename)} (or resave it weights-only once with '
+                'mmhybrid.utils.resave_weights_only(path))') from err
         try:
             checkpoint = torch.load(filename, map_location=map_location,
                                     weights_only=False)
@@ -233,29 +237,67 @@ def load_local_checkpoint(filename, map_location=None, trusted=False):
     return from_weights_only(checkpoint)
 
 
+def _download(url):
+    """The copy of ``url`` in torch.hub's checkpoint cache (where mmengine and
+    ``torch.hub.load_state_dict_from_url`` keep it), downloaded once."""
+    directory = osp.join(torch.hub.get_dir(), 'checkpoints')
+    path = osp.join(directory, osp.basename(urlparse(url).path))
+    if not osp.isfile(path):
+        os.makedirs(directory, exist_ok=True)
+        print_log(f'downloading {url} to {path}', logger='current')
+        torch.hub.download_url_to_file(url, path)  # to a temporary file, then moved
+    return path
+
+
 def load_checkpoint(filename, map_location=None, logger='current'):
-    """``CheckpointLoader.load_checkpoint`` (same arguments) with local files read
-    by :func:`load_local_checkpoint` (weights-only, untrusted). Other schemes
-    (``http(s)://``, ``open-mmlab://``, ...) go to mmengine's loaders, which
-    call ``torch.load`` with torch's weights-only default (torch >= 2.6)."""
-    if '://' in str(filename):
+    """``CheckpointLoader.load_checkpoint`` (same arguments) with local files and
+    ``http(s)://`` downloads read by :func:`load_local_checkpoint` (weights-only,
+    untrusted: mmengine's http loader unpickles whatever it downloads) and
+    ``trusted://PATH`` as the user's own file. Other schemes (``open-mmlab://``,
+    ...) go to mmengine's loaders."""
+    filename = str(filename)
+    if filename.startswith(('http://', 'https://')):
+        return load_local_checkpoint(_download(filename), map_location)
+    if '://' in filename:
         return from_weights_only(CheckpointLoader.load_checkpoint(
             filename, map_location=map_location, logger=logger))
     return load_local_checkpoint(filename, map_location)
 
 
 def load_from_trusted(filename, map_location=None):
-    return load_local_checkpoint(filename[len(TRUSTED_PREFIX):], map_location,
-                                 trusted=True)
+    """The loader of the ``trusted://`` scheme: the local file after it, fully
+    unpickled if it has to be."""
+    path = filename[len(TRUSTED_PREFIX):]
+    if '://' in path:
+        raise CheckpointError(
+            f'{filename}: trusted:// names a local file you made; a download is '
+            f'always loaded weights-only: give {path} without trusted://')
+    return load_local_checkpoint(path, map_location, trusted=True)
+
+
+CheckpointLoader.register_scheme(TRUSTED_PREFIX, load_from_trusted, force=True)
 
 
 def trusted_path(path):
-    """``trusted://PATH``: give it to the Runner (``load_from``) to resume or test
-    your own checkpoint ``PATH`` even if it holds Python objects (e.g. written by
-    mmengine's own ``CheckpointHook``). Registers the scheme with mmengine's
-    ``CheckpointLoader`` (its extension point; no existing scheme changes)."""
-    CheckpointLoader.register_scheme(TRUSTED_PREFIX, load_from_trusted, force=True)
+    """``trusted://PATH`` (absolute) for your own checkpoint ``PATH``: every loader
+    (the Runner's ``load_from`` and ``resume``, ``init_cfg`` Pretrained,
+    ``init_model``, ``tools/``) then reads it even if it holds Python objects (e.g.
+    written by mmengine's own ``CheckpointHook``). A path already so named is
+    returned as it is."""
+    path = os.fspath(path)
+    if path.startswith(TRUSTED_PREFIX):
+        return path
     return TRUSTED_PREFIX + osp.abspath(osp.expanduser(path))
+
+
+def load_model_checkpoint(model, filename, map_location='cpu', strict=False,
+                          revise_keys=((r'^module\.', ''), )):
+    """mmengine's ``load_checkpoint(model, filename, ...)`` (same arguments and
+    result: the checkpoint) with the file read by :func:`load_checkpoint`: a local
+    file or download weights-only, ``trusted://PATH`` as your own file."""
+    checkpoint = load_checkpoint(filename, map_location)
+    return _load_checkpoint_to_model(model, checkpoint, strict,
+                                     revise_keys=list(revise_keys))
 
 
 def resave_weights_only(filename, out=None):

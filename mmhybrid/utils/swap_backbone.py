@@ -3,6 +3,7 @@ neck and heads carry the channels and outputs of its own backbone."""
 import copy
 
 import torch
+from mmengine.hooks import CheckpointHook
 from mmengine.registry import MODELS, DefaultScope
 
 from .default_scope import register_scope
@@ -18,7 +19,8 @@ def _as_list(value):
 
 def probe_backbone(backbone, scope=None, size=224):
     """Build ``backbone`` and run one zero image: its ``out_indices`` (if it has
-    them) and the channels and stride of every output."""
+    them), how many outputs they can name (``num_stages``, if it has them), and the
+    channels and stride of every output."""
     cfg = {k: v for k, v in copy.deepcopy(dict(backbone)).items()
            if k not in ('pretrained', 'init_cfg')}
     register_scope(scope)
@@ -26,8 +28,8 @@ def probe_backbone(backbone, scope=None, size=224):
         module = MODELS.build(cfg)
     with torch.no_grad():
         outs = module.eval()(torch.zeros(1, cfg.get('in_channels', 3), size, size))
-    return (getattr(module, 'out_indices', None), [o.shape[1] for o in outs],
-            [size // o.shape[-1] for o in outs])
+    return (getattr(module, 'out_indices', None), getattr(module, 'num_stages', None),
+            [o.shape[1] for o in outs], [size // o.shape[-1] for o in outs])
 
 
 def _plain_pyramid(fpn, used, in_channels, stride):
@@ -54,14 +56,21 @@ def swap_backbone(cfg, backbone, pretrained=None):
     ``out_indices`` (DDP refuses parameters without gradients): an FPN's
     ``start_level`` becomes 0, heads' ``in_index`` are renumbered; a plain
     backbone (one stride) turns an ``FPN`` into ``mmhybrid.SimpleFeaturePyramid``
-    (ViTDet). The replaced model's ``pretrained`` / Pretrained ``init_cfg`` go;
-    ``pretrained`` becomes the new backbone's ``init_cfg``.
+    (ViTDet); a plain backbone without ``out_indices`` of its own, in a recipe
+    reading n maps of one stride (mmseg's ViT + MultiLevelNeck), returns n layers
+    spread over its depth (12 layers, 4 maps: 2, 5, 8, 11, as mmseg's ViT-B). The
+    replaced model's ``pretrained`` / Pretrained ``init_cfg`` go; ``pretrained``
+    becomes the new backbone's ``init_cfg``. In a whole config, mmengine's
+    ``CheckpointHook`` becomes ``mmhybrid.AtomicCheckpointHook`` (same arguments;
+    checkpoints that load weights-only everywhere, docs/training.md).
     """
     model = cfg['model'] if 'model' in cfg else cfg
     scope = cfg.get('default_scope') if 'model' in cfg else None
     backbone = copy.deepcopy(dict(backbone))
-    base, channels, strides = probe_backbone(backbone, scope)
+    base, total, channels, strides = probe_backbone(backbone, scope)
     num = len(channels)
+    if 'model' in cfg:
+        _use_atomic_checkpoints(cfg)
 
     model.pop('pretrained', None)
     if (model.get('init_cfg') or {}).get('type') == 'Pretrained':
@@ -91,6 +100,12 @@ def swap_backbone(cfg, backbone, pretrained=None):
         necks[0] = _plain_pyramid(neck, used, channels[-1], strides[-1])
         used = [num - 1]
     else:
+        if (used[-1] >= num and 'out_indices' not in backbone and total
+                and len(set(strides)) == 1 and used[-1] < total):
+            n = used[-1] + 1
+            backbone['out_indices'] = tuple(total * (i + 1) // n - 1 for i in range(n))
+            base, total, channels, strides = probe_backbone(backbone, scope)
+            num = len(channels)
         if used[-1] >= num:
             raise ValueError(
                 f'the config reads backbone outputs {used}, but '
@@ -107,6 +122,52 @@ def swap_backbone(cfg, backbone, pretrained=None):
         backbone['out_indices'] = tuple(base[i] for i in used)
     model['backbone'] = backbone
     return cfg
+
+
+def check_backbone_widths(cfg):
+    """Raise ValueError, naming both widths and the fix, where the neck (or, with
+    no neck, a head) of a model config (or whole config) ``cfg`` expects other
+    channels than its backbone returns (one dry run of the backbone): before a
+    Runner is built, not at the first forward pass."""
+    model = cfg['model'] if 'model' in cfg else cfg
+    scope = cfg.get('default_scope') if 'model' in cfg else None
+    backbone = model.get('backbone')
+    neck = (_as_list(model.get('neck')) or [None])[0]
+    if backbone is None or (neck is not None and 'in_channels' not in neck
+                            and model.get('type') != 'ImageClassifier'):
+        return  # no backbone, or a neck that does not say what it reads
+    channels = probe_backbone(backbone, scope, size=64)[2]
+    if neck is not None and 'in_channels' in neck:
+        given = neck['in_channels']
+        readers = [('model.neck.in_channels', given,
+                    channels if isinstance(given, (list, tuple)) else channels[-1])]
+    else:
+        readers = []
+        for key in HEAD_KEYS:
+            for i, head in enumerate(_as_list(model.get(key))):
+                where = f'model.{key}' + (f'[{i}]' if isinstance(model[key], list) else '')
+                index = head.get('in_index', -1)
+                wanted = [channels[j] for j in _as_list(index)]
+                readers.append((f'{where}.in_channels', head.get('in_channels'),
+                                wanted if isinstance(index, (list, tuple)) else wanted[0]))
+                if head.get('type') in C1_HEADS:
+                    readers.append((f'{where}.{C1_HEADS[head["type"]]}',
+                                    head.get(C1_HEADS[head['type']]), channels[0]))
+    for where, given, wanted in readers:
+        if given is not None and _as_list(given) != _as_list(wanted):
+            raise ValueError(
+                f'{where}={given!r}, but the backbone {backbone["type"]} returns '
+                f'{wanted!r} channels there (all its outputs: {channels}): set '
+                f'{where}={wanted!r}, or put the backbone in with '
+                'mmhybrid.utils.swap_backbone(cfg, backbone)')
+
+
+def _use_atomic_checkpoints(cfg):
+    hook = (cfg.get('default_hooks') or {}).get('checkpoint')
+    if hook is not None and hook.get('type') in ('CheckpointHook',
+                                                 'mmengine.CheckpointHook',
+                                                 CheckpointHook):
+        hook['type'] = 'mmhybrid.AtomicCheckpointHook'
 
 
 def _heads(model):

@@ -11,7 +11,7 @@ from mmhybrid.models.backbones.base_backbone import parse_out_indices
 from mmhybrid.utils import swap_backbone
 
 from tests.tools.test_upstream_configs import build, narrow, upstream_config
-from tools.tiny_backbones import NAMES, build_tiny, tiny_backbone
+from tools.tiny_backbones import ARCHS, NAMES, build_tiny, tiny_backbone
 
 def test_parse_out_indices_forms_and_errors():
     assert parse_out_indices(2, 4) == (2, )
@@ -154,3 +154,17 @@ def test_swap_backbone_channels_and_leftovers():
         default_scope='mmseg'))
     with pytest.raises(ValueError, match='set its out_indices to name 4'):
         swap_backbone(cfg, tiny_backbone('SoLAVision', out_indices=(2, 3)))
+
+
+@pytest.mark.parametrize('depth,expected', [(4, (0, 1, 2, 3)), (12, (2, 5, 8, 11))])
+def test_swap_backbone_spreads_plain_outputs_over_the_depth(depth, expected):
+    """InfViT (its own out_indices: the last layer) in mmseg's ViT + MultiLevelNeck
+    recipe, which reads 4 maps: 4 layers spread as mmseg's ViT-B's (2, 5, 8, 11)."""
+    cfg = upstream_config('mmseg',
+                          'vit/vit_vit-b16_mln_upernet_8xb2-80k_ade20k-512x512.py')
+    infvit = tiny_backbone('InfViT', arch=dict(ARCHS['InfViT'], depth=depth,
+                                               attn_types='L'))
+    del infvit['out_indices']
+    swap_backbone(cfg, infvit)
+    assert cfg.model.backbone.out_indices == expected
+    assert cfg.model.neck.in_channels == [32] * 4

@@ -149,10 +149,9 @@ def test_any_input_size(cls, attn, hw):
     assert len(outs) == 4
     h, w = hw
     for i, out in enumerate(outs):
-        if cls is SwinELFATT:  # 4x4 patches with corner padding, ceil halving
-            size = (-(-h // 4), -(-w // 4))
-        else:  # 7x7/4 conv with padding 2, then 3x3/2 convs
-            size = ((h - 3) // 4 + 1, (w - 3) // 4 + 1)
+        # Swin: 4x4 patches with corner padding; CSWin: a 7x7/4 conv padded to
+        # ceil(H / 4) rows; then ceil halving
+        size = (-(-h // 4), -(-w // 4))
         for _ in range(i):
             size = tuple(-(-s // 2) for s in size)
         assert out.shape == (1, 16 * 2**i, *size)

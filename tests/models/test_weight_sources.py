@@ -19,8 +19,8 @@ from mmengine.registry import DefaultScope
 
 import mmhybrid  # noqa: F401  (registers ours)
 from mmhybrid.models.backbones import CSWin, HAViT, InfViT, SwinELFATT
-from mmhybrid.models.utils import (convert_swin, detect_format, resize_pos_embed,
-                                   resize_rel_pos_bias_table)
+from mmhybrid.models.utils import (convert_swin, detect_format, load_pretrained,
+                                   resize_pos_embed, resize_rel_pos_bias_table)
 from mmhybrid.utils import register_scope
 from tests.models.test_elfatt_convert import CSWIN, SWIN, official_cswin, official_swin
 
@@ -670,3 +670,31 @@ def test_sola_in1k_pretraining_then_upernet_fine_tune(toy_data, tmp_path):
         MMLogger.get_current_instance().removeHandler(handler)
     det_line, = [r for r in handler.lines if r.startswith('SoLAVision:')]
     assert det_line == line
+
+
+def test_checkpoint_of_another_width_names_the_archs_that_fit(tmp_path):
+    """DeiT-T (192 wide) into InfViT: no InfViT arch is 192 wide, the message says
+    so and what to build; into HAViT-S it names the 192-wide archs."""
+    deit_t = HAViT(arch='deit-t', img_size=32, patch_size=16)
+    path = tmp_path / 'deit-t.pth'
+    torch.save({'state_dict': {f'backbone.{k}': v
+                               for k, v in deit_t.state_dict().items()}}, path)
+    with pytest.raises(ValueError, match=r'the checkpoint is 192 wide, the model 768, '
+                       r'and no InfViT arch \(.*\) is: build it with an arch dict '
+                       r'of embed_dims=192'):
+        load_pretrained(InfViT(arch='linear-b', img_size=32), str(path))
+    with pytest.raises(ValueError, match="192 wide, the model 384: build HAViT with "
+                       "arch='paper' or 'deit-t'"):
+        load_pretrained(HAViT(arch='deit-s', img_size=32), str(path))
+
+
+def test_tied_model_refusing_a_fused_qkv_says_so(tmp_path):
+    """A DeiT-style fused qkv into a tied linear InfViT: the keys come from the
+    fused qkv, not from separate attn.k tensors."""
+    src = InfViT(arch=dict(TINY_VIT, attn_types='S'), img_size=32, patch_size=8)
+    path = tmp_path / 'vit.pth'
+    torch.save(src.state_dict(), path)
+    with pytest.raises(ValueError, match=r'key projections of their own \(in its fused '
+                       r'attn.qkv\) for layers \[0, 1\].*tie_qk=False'):
+        load_pretrained(InfViT(arch=dict(TINY_VIT, attn_types='L'), img_size=32,
+                               patch_size=8), str(path))

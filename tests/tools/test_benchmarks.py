@@ -11,6 +11,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def test_help_lists_every_suite_and_its_options():
+    """``run.py --help`` without ``--suite`` shows each suite's own options."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmarks' / 'run.py'), '--help'],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1'))
+    assert out.returncode == 0, out.stderr[-2000:]
+    sys.path.insert(0, str(ROOT / 'tools' / 'benchmarks'))
+    try:
+        from run import SUITES
+    finally:
+        sys.path.pop(0)
+    for suite, option in zip(SUITES, ('--models', '--ops', '--block-size',
+                                      '--resolutions', '--unet-latents', '--model')):
+        section = out.stdout.split(f'suite {suite}:')[1].split('suite ')[0]
+        assert option in section, (suite, option)
+
+
 def test_ops_suite_writes_its_table(tmp_path):
     """One op at one small stage: CSV and PNG written, the op and its linear
     yardstick in it, times and ratios positive and consistent."""

@@ -88,7 +88,7 @@ def test_old_full_pickle_needs_trust_and_can_be_resaved(tmp_path):
         load(path)
     message = str(err.value)
     assert 'mmengine.logging.history_buffer.HistoryBuffer' in message
-    assert '--resume' in message and 'resave_weights_only' in message
+    assert f'name it trusted://{path}' in message and 'resave_weights_only' in message
     assert isinstance(load(path, trusted=True)['hub'], HistoryBuffer)
     resave_weights_only(str(path))
     assert isinstance(torch.load(path, weights_only=True)['hub'], dict)
@@ -119,6 +119,62 @@ def test_checkpoint_that_runs_code_is_refused(tmp_path):
     with pytest.raises(pickle.UnpicklingError, match='Weights only load failed'):
         load_checkpoint(model, str(path))  # what mmseg/mmdet's init_model call
     assert not victim.exists()
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """A local HTTP server of ``tmp_path/www`` and an empty torch.hub cache:
+    ``served(name)`` is the file's URL."""
+    import functools
+    import http.server
+    import threading
+    www = tmp_path / 'www'
+    www.mkdir()
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(www))
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield lambda name: f'http://127.0.0.1:{server.server_port}/{name}'
+    server.shutdown()
+    server.server_close()
+
+
+def test_download_is_loaded_weights_only(tmp_path, served):
+    """mmengine's http loader (torch.hub, ``weights_only=False``) would run the
+    file's code; ours reads downloads weights-only, as init_cfg Pretrained does."""
+    victim = tmp_path / 'created_by_unpickling'
+    torch.save({'state_dict': {}, 'payload': RunsCode(str(victim))},
+               tmp_path / 'www' / 'evil.pth')
+    torch.save({'state_dict': {'w': torch.ones(2)}}, tmp_path / 'www' / 'good.pth')
+    with pytest.raises(CheckpointError, match='os.makedirs|posix.makedirs'):
+        ckpt.load_checkpoint(served('evil.pth'))
+    with pytest.raises(CheckpointError, match='download is always loaded weights-only'):
+        ckpt.load_checkpoint('trusted://' + served('evil.pth'))
+    assert not victim.exists()
+    loaded = ckpt.load_checkpoint(served('good.pth'))
+    assert torch.equal(loaded['state_dict']['w'], torch.ones(2))
+    cached = tmp_path / 'torch_home' / 'hub' / 'checkpoints' / 'good.pth'
+    assert cached.is_file()  # where torch.hub and mmengine cache it
+
+
+def test_one_trusted_spelling_everywhere(tmp_path):
+    """``trusted://PATH`` is registered when mmhybrid is imported: mmengine's
+    loaders (the Runner, init_model), our loader and trusted_path agree."""
+    path = tmp_path / 'own.pth'
+    torch.save({'state_dict': {'w': torch.ones(1)}, 'hub': HistoryBuffer([1.], [1])},
+               path)
+    name = f'trusted://{path}'
+    assert ckpt.trusted_path(name) == name == ckpt.trusted_path(str(path))
+    model = torch.nn.Module()
+    model.w = torch.nn.Parameter(torch.zeros(1))
+    load_checkpoint(model, name)  # mmengine's, as init_model calls it
+    assert model.w.item() == 1
+    assert isinstance(ckpt.load_checkpoint(name)['hub'], HistoryBuffer)
+    model.w.data.zero_()
+    ckpt.load_model_checkpoint(model, name)
+    assert model.w.item() == 1
+    with pytest.raises(CheckpointError, match=f'name it trusted://{path}'):
+        ckpt.load_model_checkpoint(model, str(path))
 
 
 # --------------------------------------------------------------- bad files

@@ -13,8 +13,10 @@ hook). Among them, what earlier versions replaced at import:
   ``mmengine.runner.runner`` and ``mmengine.runner._flexible_runner``;
 * ``mmengine.config.utils._get_cfg_metainfo``, ``mmengine.config.config.is_installed``.
 
-Registries may gain entries (our models, hooks and storage backend), never lose
-or change one.
+Registries may gain entries (our models, hooks and storage backend, and the
+``trusted://`` scheme of ``CheckpointLoader``, added through its
+``register_scheme``, which rebuilds its ``_schemes`` dict in order), never lose or
+change one.
 """
 import subprocess
 import sys
@@ -53,7 +55,7 @@ def snapshot():
                 snap[f'{name}.{key}'] = value
     for module, cls in CLASSES:
         for key, value in vars(getattr(importlib.import_module(module), cls)).items():
-            if not key.startswith('__'):
+            if not key.startswith('__') and key != '_schemes':  # entries below
                 snap[f'{module}.{cls}.{key}'] = value
     for key, value in CheckpointLoader._schemes.items():
         snap[f'CheckpointLoader._schemes[{key!r}]'] = value
@@ -94,5 +96,7 @@ def test_import_mmhybrid_changes_no_mmengine_function():
     assert int(lines['checked']) > 300  # the sweep saw the modules' contents
     assert lines['import'] == '[]'
     assert lines['hook'] == '[]'
-    # what registering our hook adds: the atomic storage backend, by name only
-    assert lines['new'] == "[\"backends['mmhybrid_atomic_local']\"]"
+    # what importing adds: the trusted:// scheme; registering our hook: the atomic
+    # storage backend, by name only
+    assert lines['new'] == ("[\"CheckpointLoader._schemes['trusted://']\", "
+                            "\"backends['mmhybrid_atomic_local']\"]")

@@ -26,6 +26,7 @@ import mmhybrid  # noqa: F401  registers our models
 from mmhybrid.models.backbones import BaseBackbone
 from mmhybrid.models.utils import load_pretrained
 from mmhybrid.registry import MODELS
+from mmhybrid.utils import load_model_checkpoint
 from tools.toy_data import draw_scene
 
 matplotlib.use('Agg')  # files only, no display
@@ -57,9 +58,8 @@ def build_backbone(config=None, backbone=None, arch=None, options=None,
         if isinstance(model, BaseBackbone):
             load_pretrained(model, checkpoint)
         else:
-            from mmengine.runner import load_checkpoint
-            load_checkpoint(model, checkpoint, map_location='cpu',
-                            revise_keys=[(r'^backbone\.', '')])
+            load_model_checkpoint(model, checkpoint,
+                                  revise_keys=[(r'^backbone\.', '')])
     model.eval()
     return model, tuple(mean), tuple(std)
 
@@ -135,7 +135,9 @@ def main(argv=None):
     parser.add_argument('--arch', help='arch of --backbone')
     parser.add_argument('--options', nargs='+', action=DictAction, default={},
                         help='backbone arguments, e.g. out_indices=0,1,2,3')
-    parser.add_argument('--checkpoint', help='backbone or full model checkpoint')
+    parser.add_argument('--checkpoint', help='backbone or full model checkpoint; '
+                        'trusted://PATH for your own file holding Python objects '
+                        "(mmengine's CheckpointHook writes such files)")
     parser.add_argument('--image', nargs='+', default=[], help='image files')
     parser.add_argument('--num-images', type=int, default=4, help='without --image')
     parser.add_argument('--size', type=int, nargs='+', default=[224], help='input H [W]')

@@ -11,13 +11,25 @@ import sys
 SUITES = ('backbones', 'ops', 'attention', 'infvit', 'sd', 'deploy', 'linearize')
 
 
+def suite_options():
+    """The options of every suite, as ``--suite NAME --help`` lists them."""
+    parts = []
+    for name in SUITES:
+        sub = argparse.ArgumentParser(add_help=False, usage=argparse.SUPPRESS)
+        importlib.import_module(name).add_arguments(sub.add_argument_group(
+            f'suite {name}'))
+        parts.append(sub.format_help())
+    return '\n'.join(parts)
+
+
 def main(argv=None):
     import torch
     from tools.benchmarks.common import malloc_env, malloc_mode
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument('--suite', choices=SUITES)
     suite = pre.parse_known_args(argv)[0].suite
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--suite', choices=SUITES, required=True)
     p.add_argument('--device', choices=['cpu', 'cuda'],
                    default='cuda' if torch.cuda.is_available() else 'cpu')
@@ -31,6 +43,8 @@ def main(argv=None):
     module = importlib.import_module(f'tools.benchmarks.{suite}') if suite else None
     if module:
         module.add_arguments(p.add_argument_group(f'suite {suite}'))
+    else:  # --help without --suite: every suite's options too
+        p.epilog = suite_options()
     args = p.parse_args(argv)
     if args.malloc not in (None, malloc_mode()) and args.single is None:
         # glibc reads its variables once, at start-up: restart with them

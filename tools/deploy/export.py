@@ -10,8 +10,9 @@ boxes, labels and masks, ``detector_graph.TwoStageDetections``), a backbone type
 The graph takes (batch, 3, H, W) images with dynamic batch, height and width (as
 general as torch.export's guards allow; ``--static`` fixes the export size). After
 exporting, the file is run (onnxruntime's CPU provider, or the loaded
-``ExportedProgram``) at three sizes none of which is the export size, with one
-image more than the export batch, and compared with eager PyTorch; a relative error above ``--tol`` (max |diff| / max |eager| per
+``ExportedProgram``) at other sizes (:func:`default_check_shapes`: off the patch
+and 32-pixel grids, and what mmseg's keep-ratio test resize makes of a non-square
+image), with one image more than the export batch, and compared with eager PyTorch; a relative error above ``--tol`` (max |diff| / max |eager| per
 output), an error at run time, or a model the graph cannot represent (see
 :func:`refusals`) deletes the file and exits with status 1 and the reason. What is
 built for each ``--part``: ``exportable.py``.
@@ -24,6 +25,7 @@ import time
 
 import torch
 
+from mmhybrid.utils import CheckpointError
 from tools.deploy.cases import CASES, WHOLE_MODELS, build_case
 from tools.deploy.exportable import build
 
@@ -151,6 +153,19 @@ def compile_check(model, x, backward=False, backend='inductor'):
     return getattr(model, 'parity_error', relative_error)(results[1], results[0])
 
 
+def default_check_shapes(shape, stride=32):
+    """Where a dynamic graph is checked unless told: one size on the ``stride``
+    grid, two off the patch grid and the 32-grid (250x333, 97x131), and what
+    mmseg's ADE20K test resize (``Resize(scale=(2048, 512), keep_ratio=True)``, no
+    padding) makes of a 427x640 image with the export's short side S for 512
+    (``scale=(4 S, S)``: 512x767 for S = 512, 96x144 for S = 96)."""
+    from mmcv import rescale_size
+    (H, W), d = shape, stride
+    S = min(H, W)
+    w, h = rescale_size((640, 427), (4 * S, S))
+    return [(H + d, W + 2 * d), (250, 333), (97, 131), (h, w)]
+
+
 def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
                      static=False, check_shapes=None, stride=32, tol=1e-4, batch=2):
     """Export, then check; returns (ok, report lines). A failed check deletes
@@ -158,11 +173,8 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
     reasons = refusals(model, fmt, exporter)
     if reasons:
         return False, ['refused: ' + r for r in reasons]
-    # default: three sizes on the stride grid, none smaller (a torch.export program
-    # may hold from its export size up only: see docs/deploy.md)
-    (H, W), d = shape, stride
-    shapes = [tuple(shape)] if static else (check_shapes or [
-        (H + d, W + 2 * d), (H + 2 * d, W + d), (H + 3 * d, W)])
+    shapes = [tuple(shape)] if static else (check_shapes or
+                                            default_check_shapes(shape, stride))
     check_batch = batch if static else batch + 1  # a graph frozen at its batch fails
     x = torch.randn(batch, 3, *shape)
     start = time.perf_counter()
@@ -182,7 +194,7 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
             f'{s}: {r}' for s, r in program.range_constraints.items()))
     lines.append(f'  checked at batch {check_batch}:')
     error = getattr(model, 'parity_error', relative_error)  # the model's own, if any
-    ok = True
+    served, failed = [], []
     for h, w in shapes:
         x = torch.randn(check_batch, 3, h, w, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
@@ -192,15 +204,16 @@ def export_and_check(model, shape, path, fmt='onnx', exporter='torchscript',
         except Exception as exc:  # a graph that cannot run there is a failed check
             err = error_line(exc)
         good = isinstance(err, float) and err <= tol
-        ok &= good
+        (served if good else failed).append(f'{h}x{w}')
         lines.append(f'  {h}x{w}: ' + (f'rel err {err:.1e}' if isinstance(
             err, float) else err) + ('' if good else f'  FAIL (tol {tol:g})'))
-    if not ok:
+    if failed:
         if path and osp.exists(path):
             os.remove(path)
-        lines.append('refused: the exported graph does not match eager PyTorch; '
-                     f'{path} removed')
-    return ok, lines
+        lines.append(f'refused: the exported graph does not match eager PyTorch at '
+                     f'{", ".join(failed)} (it does at {", ".join(served) or "none"} of '
+                     f'the sizes checked); {path} removed')
+    return not failed, lines
 
 
 def build_model(spec, checkpoint=None, part='backbone', cfg_options=None):
@@ -218,7 +231,9 @@ def parse_args(argv=None):
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('model', help='config file or backbone type')
-    parser.add_argument('checkpoint', nargs='?', help='checkpoint (optional)')
+    parser.add_argument('checkpoint', nargs='?', help='checkpoint (optional); '
+                        'trusted://PATH for your own file holding Python objects '
+                        "(mmengine's CheckpointHook writes such files)")
     parser.add_argument('--format', choices=FORMATS, default='onnx')
     parser.add_argument('--exporter', choices=EXPORTERS, default='torchscript',
                         help='ONNX exporter (default: torchscript)')
@@ -229,12 +244,13 @@ def parse_args(argv=None):
     parser.add_argument('--static', action='store_true',
                         help='fixed batch and size (checked at the export size)')
     parser.add_argument('--check-shapes', nargs='+', type=int, metavar='H W',
-                        help='sizes of the parity check (default: three sizes '
-                        'derived from --shape)')
+                        help='sizes of the parity check (default: four, see '
+                        'default_check_shapes)')
     parser.add_argument('--stride', type=int, default=32,
                         help='H and W are multiples of this')
     parser.add_argument('--tol', type=float, default=1e-4)
-    parser.add_argument('--out', help='output file (default: <model>.onnx|.pt2)')
+    parser.add_argument('--out', help='output file (default: <model>_<part>.onnx|.pt2 '
+                        'next to a local checkpoint, else under work_dirs/deploy/)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
     args = parser.parse_args(argv)
     if args.check_shapes and len(args.check_shapes) % 2:
@@ -242,12 +258,26 @@ def parse_args(argv=None):
     return args
 
 
+def default_out(model, checkpoint, part, fmt):
+    """``<model>_<part>.onnx`` (or ``.pt2``) next to a local checkpoint, else in
+    ``work_dirs/deploy/`` (never the working directory itself: a repository)."""
+    stem = (osp.splitext(osp.basename(model))[0] if model.endswith('.py')
+            else model.rsplit('.', 1)[-1])  # a backbone type: mmhybrid.SoLAVision
+    local = checkpoint and checkpoint.removeprefix('trusted://')
+    folder = (osp.dirname(osp.abspath(local)) if local and '://' not in local
+              else osp.join('work_dirs', 'deploy'))
+    return osp.join(folder, f'{stem}_{part}.{"onnx" if fmt == "onnx" else "pt2"}')
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(1)
-    model = build_model(args.model, args.checkpoint, args.part, args.cfg_options)
-    stem = osp.splitext(osp.basename(args.model))[0]
-    out = args.out or f'{stem}.{"onnx" if args.format == "onnx" else "pt2"}'
+    try:
+        model = build_model(args.model, args.checkpoint, args.part, args.cfg_options)
+    except (CheckpointError, FileNotFoundError) as err:
+        raise SystemExit(f'error: {err}') from None
+    out = args.out or default_out(args.model, args.checkpoint, args.part, args.format)
+    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     shapes = (None if not args.check_shapes else
               list(zip(args.check_shapes[::2], args.check_shapes[1::2])))
     ok, lines = export_and_check(model, args.shape, out, args.format, args.exporter,

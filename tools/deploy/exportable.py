@@ -59,7 +59,8 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
     or a backbone type built from ``cfg_options``."""
     import mmhybrid  # noqa: F401  registers our models
     from mmengine.model import revert_sync_batchnorm
-    from mmengine.runner import load_checkpoint
+
+    from mmhybrid.utils import load_model_checkpoint
     if spec.endswith('.py'):
         from tools._common import load_config
         from mmengine.registry import MODELS, init_default_scope
@@ -75,7 +76,7 @@ def build(spec, checkpoint=None, part='backbone', cfg_options=None):
         from mmhybrid.registry import build_model
         model = build_model(dict(type=spec, **(cfg_options or {})))
     if checkpoint:
-        load_checkpoint(model, checkpoint, map_location='cpu')
+        load_model_checkpoint(model, checkpoint)
     model = revert_sync_batchnorm(model)
     if part == 'segmentor':
         if not hasattr(model, 'decode_head'):

@@ -3,8 +3,9 @@
 onnxruntime, ONNX (dynamo exporter) + onnxruntime, torch.export,
 torch.compile(fullgraph) forward + backward (forward only for a detector's graph)}.
 
-Exports have dynamic batch, H and W, are made at ``--shape`` and checked at three
-other sizes (``tools/deploy/export.py``); a cell gives the worst relative error or
+Exports have dynamic batch, H and W, are made at ``--shape`` and checked at
+``export.default_check_shapes`` (off the patch and 32-pixel grids, a keep-ratio
+test size; ``tools/deploy/export.py``); a cell gives the worst relative error or
 the reason for failing (refusals included). The compile cell compares outputs and
 all gradients with eager, with no graph break allowed.
 """
@@ -20,7 +21,8 @@ import time
 import torch
 
 from tools.deploy.cases import NAMES, WHOLE_MODELS, build_case
-from tools.deploy.export import compile_check, error_line, export_and_check
+from tools.deploy.export import (compile_check, default_check_shapes, error_line,
+                                 export_and_check)
 
 COLUMNS = ('ONNX TorchScript + ORT', 'ONNX dynamo + ORT', 'torch.export',
            'torch.compile fwd+bwd')
@@ -82,7 +84,8 @@ def main(argv=None):
               f'in {time.time() - start:.0f} s on {platform.machine()}, '
               f'{os.cpu_count()} cores, torch {torch.__version__}, onnxruntime '
               f'{onnxruntime.__version__}, compile backend {args.backend}; export '
-              f'at {args.shape[0]}x{args.shape[1]}, checked at three other sizes.')
+              f'at {args.shape[0]}x{args.shape[1]}, checked at '
+              f'{", ".join(f"{h}x{w}" for h, w in default_check_shapes(args.shape))}.')
     text = '\n'.join([header, ''] + lines) + '\n'
     print(text)
     if args.out:

@@ -5,12 +5,11 @@ import torch
 import torch.nn as nn
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks.transformer import PatchEmbed
 from mmengine.model import BaseModule, initialize
 from mmengine.model.weight_init import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ..utils import load_pretrained, resize_pos_embed
+from ..utils import PatchEmbed, load_pretrained, resize_pos_embed
 
 # OpenMMLab habit (mmpretrain's arch_zoo lists 't' and 'tiny' alike)
 ARCH_ALIASES = {'tiny': 't', 'small': 's', 'base': 'b', 'large': 'l'}
@@ -104,7 +103,7 @@ class BaseBackbone(BaseModule):
     """
     pos_embed_keys = ('pos_embed', )
     num_extra_tokens = 0
-    # smallest input side the backbone runs on (patch stems pad any input)
+    # smallest input side the backbone runs on (the stem pads any input)
     min_input_size = 1
     # what out_indices counts, for messages
     out_unit = 'stages'
@@ -132,6 +131,7 @@ class BaseBackbone(BaseModule):
         if not -1 <= frozen_stages <= num_stages:
             raise ValueError(f'frozen_stages must be in [-1, {num_stages}], '
                              f'got {frozen_stages}')
+        self.num_stages = num_stages  # what out_indices can name
         self.out_indices = parse_out_indices(out_indices, num_stages,
                                              type(self).__name__, self.out_unit)
         self.frozen_stages = frozen_stages
@@ -160,9 +160,10 @@ class BaseBackbone(BaseModule):
 
     def build_stem(self, in_channels, dims, img_size, norm_cfg, drop_rate,
                    pos_embed=True, **conv):
-        """``patch_embed`` (mmcv ``PatchEmbed`` of ``conv``: ``kernel_size``,
-        ``stride``, ``padding``), ``cls_token`` if ``num_extra_tokens``, the
-        position embedding ``pos_embed_keys[0]`` on the ``img_size / stride``
+        """``patch_embed`` (:class:`~mmhybrid.models.utils.PatchEmbed`, mmcv's with
+        its padding in the graph, of ``conv``: ``kernel_size``, ``stride``,
+        ``padding``; ceil(H / stride) x ceil(W / stride) tokens), ``cls_token``
+        if ``num_extra_tokens``, the position embedding ``pos_embed_keys[0]`` on the ``img_size / stride``
         grid (None without ``pos_embed``) and ``drop_after_pos``."""
         self.patch_embed = PatchEmbed(in_channels=in_channels, embed_dims=dims,
                                       norm_cfg=norm_cfg, **conv)

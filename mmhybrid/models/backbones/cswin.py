@@ -1,6 +1,8 @@
 """CSWin Transformer with a per-stage attention plan (CSWin-T/B-ELFATT of the paper).
 
-``attn='local'`` is CSWin (Dong et al. 2022): a 7x7/4 conv stem, cross-shaped
+``attn='local'`` is CSWin (Dong et al. 2022): a 7x7/4 conv stem (padding 2 on the
+top and left as CSWin's, and at the bottom and right as ceil(H/4) outputs need: the
+official outputs where H and W are multiples of 4), cross-shaped
 stripe attention with LePE, 3x3/2 conv merge blocks and whole-map attention in the
 last stage. The paper's CSWin-T and CSWin-B are the 24181 / 36292 depth variants
 of Han et al. 2023 (FLatten).
@@ -36,7 +38,6 @@ class CSWin(HierarchicalAttentionBackbone):
     }
 
     local_mixers = ('cross_shaped_window', ) * 3 + ('softmax', )
-    min_input_size = 3  # the 7x7/4 stem convolution pads by 2
 
     def __init__(self, arch='t', split_sizes=None, block_sizes=None, **kwargs):
         arch = resolve_arch(arch, self.arch_zoo, 'CSWin',

@@ -51,9 +51,10 @@ def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens=0):
     grid is resampled as mmpretrain's ``resize_pos_embed`` and timm's
     ``resample_abs_pos_embed`` do (bicubic, ``align_corners=False``). A traced
     graph always resamples (the same-size resample is the identity), so that it
-    holds at other input sizes than the one it was traced at.
+    holds at other input sizes than the one it was traced at (the tracer test
+    first: comparing symbolic sizes would make torch.export guard on them).
     """
-    if tuple(src_hw) == tuple(dst_hw) and not is_tracing():
+    if not is_tracing() and tuple(src_hw) == tuple(dst_hw):
         return pos_embed
     grid = _bicubic(pos_embed[0, num_extra_tokens:], src_hw, dst_hw)[None]
     if not num_extra_tokens:

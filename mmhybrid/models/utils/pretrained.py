@@ -69,6 +69,30 @@ def _resize(state_dict, own, module):
     return notes
 
 
+def _stem_width(arch):
+    dims = arch.get('embed_dims')
+    return dims[0] if isinstance(dims, (list, tuple)) else dims
+
+
+def _other_arch(state_dict, own, module):
+    """What to build for a checkpoint that mostly does not fit: the archs of
+    ``module``'s class whose stem is as wide as the checkpoint's, or the width to
+    give an arch dict when none is."""
+    key = 'patch_embed.projection.weight'
+    if key not in state_dict or key not in own or (
+            state_dict[key].shape[0] == own[key].shape[0]):
+        return 'a checkpoint of another arch or model? Pick the matching arch'
+    width, owner = state_dict[key].shape[0], type(module).__name__
+    zoo = getattr(module, 'arch_zoo', {})
+    fits = [name for name, arch in zoo.items() if _stem_width(arch) == width]
+    if fits:
+        return (f'the checkpoint is {width} wide, the model {own[key].shape[0]}: '
+                f'build {owner} with arch={" or ".join(map(repr, fits))}')
+    return (f'the checkpoint is {width} wide, the model {own[key].shape[0]}, and no '
+            f'{owner} arch ({", ".join(zoo)}) is: build it with an arch dict of '
+            f'embed_dims={width} and the checkpoint\'s depth and heads')
+
+
 def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
                     strict=None):
     """Load a bare backbone state dict or a full model checkpoint into ``module``.
@@ -155,9 +179,9 @@ def load_pretrained(module, checkpoint, prefix=None, map_location='cpu',
     if strict is None and len(matched) < MIN_LOADED_FRACTION * len(own):
         raise ValueError(
             f'{summary}. Less than {MIN_LOADED_FRACTION:.0%} of the model matches: '
-            'a checkpoint of another arch or model? Pick the matching arch, or '
-            "load the matching part anyway with init_cfg=dict(type='Pretrained', "
-            'checkpoint=..., strict=False)')
+            f'{_other_arch(state_dict, own, module)}, or load the matching part '
+            "anyway with init_cfg=dict(type='Pretrained', checkpoint=..., "
+            'strict=False)')
     module.load_state_dict(matched, strict=False)
     print_log(summary, logger='current', level=30 if partial else 20)
     return missing + [m.split(' ')[0] for m in mismatched], unexpected

@@ -44,12 +44,14 @@ def normal_history(seed, heads, n, device=None, dtype=torch.float32):
     index = torch.arange(n, device=device)
     key = hash32(_xor(torch.arange(heads, device=device), hash32(seed % M32)))
     rows = hash32(_xor(key[:, None], index))
-    cols = hash32(_xor(torch.arange((n + 1) // 2, device=device), 0x5bd1e995))
+    cols = hash32(_xor(index // 2, 0x5bd1e995))  # column j: pair j // 2
     x = hash32(_xor(rows[:, :, None], cols))
     radius = torch.sqrt(-2 * torch.log((x.double() + 0.5) / M32))
     angle = hash32(x).double() * (2 * math.pi / M32)
-    z = torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], -1)
-    return z.flatten(-2)[..., :n].to(dtype)[None]
+    # cos for even columns, sin for odd ones; no slice of 2 ceil(n / 2) columns
+    # to n (torch.export would guard the parity of n)
+    z = torch.where(index % 2 == 0, torch.cos(angle), torch.sin(angle)) * radius
+    return z.to(dtype)[None]
 
 
 def fixed_history(seed, heads, n, device=None, dtype=torch.float32):
