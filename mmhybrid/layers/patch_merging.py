@@ -1,9 +1,8 @@
 """Swin's 2x2 patch merging, gathered token-major."""
 import torch.nn as nn
-import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 
-from ..ops.tracing import is_tracing
+from mmhybrid.ops.padding import pad_if_needed
 
 
 class PatchMerging(nn.Module):
@@ -31,8 +30,7 @@ class PatchMerging(nn.Module):
         if N != H * W:
             raise ValueError(f'{N} tokens do not make a {H}x{W} map')
         x = x.view(B, H, W, C)
-        if is_tracing() or H % 2 or W % 2:  # the tracer test first: no guard
-            x = F.pad(x, (0, 0, 0, W % 2, 0, H % 2))
+        x = pad_if_needed(x, (0, 0, 0, W % 2, 0, H % 2))
         h, w = (H + H % 2) // 2, (W + W % 2) // 2
         x = x.reshape(B, h, 2, w, 2, C).permute(0, 1, 3, 5, 2, 4).reshape(B, h * w, 4 * C)
         return self.reduction(self.norm(x)), (h, w)

@@ -101,6 +101,16 @@ def window_mask(hw_shape, window, shift, device, grid=None):
     return mask | (index[:, None] == index[None, :])
 
 
+def padding_mask(hw_shape, window, device):
+    """:func:`window_mask` of the bottom/right padding alone, or None in eager
+    calls where the map is a whole number of windows (the mask would be all
+    True); under a tracer always the mask, so the graph serves every size."""
+    (H, W), (wh, ww) = hw_shape, window
+    if is_tracing() or H % wh or W % ww:  # the tracer test first: no guard
+        return window_mask(hw_shape, window, None, device)
+    return None
+
+
 def window_attention(q, k, v, num_heads, mask=None, bias=None, dropout_p=0.,
                      scale=None):
     """Softmax attention inside windows.

@@ -9,7 +9,7 @@ from mmcv.cnn.bricks.transformer import PatchEmbed as MMCVPatchEmbed
 
 from mmhybrid.models.utils import PatchEmbed, StemPadding
 
-from tests._tiny_backbones import NAMES, build_tiny
+from tools.tiny_backbones import NAMES, build_tiny
 
 SIZES = [(1, 1), (3, 5), (16, 16), (97, 131), (250, 333), (254, 334)]
 

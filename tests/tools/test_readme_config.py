@@ -98,7 +98,7 @@ def test_arch_table_channels(cls, arch):
 def test_width_mismatch_is_named_before_a_runner(tmp_path):
     """Swin-T's widths left in the heads: refused with both widths, by the check
     tools/train.py and tools/test.py run before building the runner."""
-    from _common import ConfigError, check_widths
+    from tools._common import ConfigError, check_widths
     (tmp_path / 'wrong.py').write_text(
         "_base_ = ['mmseg::_base_/models/upernet_swin.py']\n"
         "model = dict(backbone=dict(_delete_=True, type='mmhybrid.SoLAVision', "

@@ -13,9 +13,9 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from tests._deploy_tool import load_export_tool
-from tests._tiny_backbones import TINY_BACKBONES
 from tests._toy_runner import build_toy_runner, toy_config
+from tools.deploy import export
+from tools.tiny_backbones import TINY_BACKBONES
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLA = dict(TINY_BACKBONES['SoLAVision'], _delete_=True)
@@ -53,7 +53,6 @@ def _state_dict(checkpoint):
 def test_export_takes_the_trusted_checkpoint_and_refuses_the_plain_path(
         user_checkpoint, tmp_path):
     config, checkpoint = user_checkpoint
-    export = load_export_tool()
     args = [str(config), '--part', 'segmentor', '--shape', '64', '64',
             '--check-shapes', '97', '131']
     with pytest.raises(SystemExit) as refused:

@@ -1,7 +1,7 @@
 """CSWin's cross-shaped window attention, the 'local' attention of CSWin."""
 import torch
 
-from mmhybrid.ops.windows import (window_attention, window_mask, window_partition,
+from mmhybrid.ops.windows import (padding_mask, window_attention, window_partition,
                                   window_reverse)
 from mmhybrid.registry import MIXERS
 from .base import AttentionMixer, conv_in_windows
@@ -33,8 +33,7 @@ class CrossShapedWindowAttention(AttentionMixer):
     def attend(self, q, k, v, hw_shape, state):
         outs = []
         for part, window in self._branches(hw_shape):
-            padded = hw_shape[0] % window[0] or hw_shape[1] % window[1]
-            mask = window_mask(hw_shape, window, None, q.device) if padded else None
+            mask = padding_mask(hw_shape, window, q.device)
             windows = [window_partition(t[..., part], hw_shape, window)
                        for t in (q, k, v)]
             out = window_attention(*windows, self.num_heads // 2, mask,

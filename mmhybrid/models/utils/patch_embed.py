@@ -1,9 +1,8 @@
 """The patch stem with its padding computed from the input size in the graph."""
 import torch.nn as nn
-import torch.nn.functional as F
 from mmcv.cnn.bricks.transformer import PatchEmbed as MMCVPatchEmbed
 
-from mmhybrid.ops.tracing import is_tracing
+from mmhybrid.ops.padding import pad_if_needed
 
 
 class StemPadding(nn.Module):
@@ -34,9 +33,7 @@ class StemPadding(nn.Module):
         H, W = x.shape[-2:]
         bottom = (-H) % self.stride + self.extra
         right = (-W) % self.stride + self.extra
-        if is_tracing() or self.lead or bottom or right:  # the tracer test first
-            x = F.pad(x, (self.lead, right, self.lead, bottom))
-        return x
+        return pad_if_needed(x, (self.lead, right, self.lead, bottom))
 
 
 class PatchEmbed(MMCVPatchEmbed):
