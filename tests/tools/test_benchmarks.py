@@ -18,11 +18,7 @@ def test_help_lists_every_suite_and_its_options():
         capture_output=True, text=True, timeout=300,
         env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1'))
     assert out.returncode == 0, out.stderr[-2000:]
-    sys.path.insert(0, str(ROOT / 'tools' / 'benchmarks'))
-    try:
-        from run import SUITES
-    finally:
-        sys.path.pop(0)
+    from tools.benchmarks.run import SUITES
     for suite, option in zip(SUITES, ('--models', '--ops', '--block-size',
                                       '--resolutions', '--unet-latents', '--model')):
         section = out.stdout.split(f'suite {suite}:')[1].split('suite ')[0]

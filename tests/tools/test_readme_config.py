@@ -3,7 +3,6 @@ in order, a block starting ``# NAME.py`` written to that file, the others run;
 each config they make is built through mmseg's registry and run, its widths
 checked. The arch table of that section against the built backbones. A neck
 width that does not fit is refused before a Runner is built, naming both."""
-import os
 import re
 from pathlib import Path
 

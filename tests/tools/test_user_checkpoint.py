@@ -101,11 +101,7 @@ def test_pretrained_and_visualize_features_take_it(user_checkpoint):
     load_pretrained(backbone, f'trusted://{checkpoint}', strict=True)
     torch.testing.assert_close(backbone.pos_embed, saved['backbone.pos_embed'])
 
-    sys.path.insert(0, str(ROOT / 'tools' / 'analysis'))
-    try:
-        from visualize_features import build_backbone
-    finally:
-        sys.path.pop(0)
+    from tools.analysis.visualize_features import build_backbone
     model = build_backbone(config=str(config), checkpoint=f'trusted://{checkpoint}')[0]
     torch.testing.assert_close(model.pos_embed, saved['backbone.pos_embed'])
 
