@@ -672,29 +672,28 @@ def test_sola_in1k_pretraining_then_upernet_fine_tune(toy_data, tmp_path):
     assert det_line == line
 
 
-def test_checkpoint_of_another_width_names_the_archs_that_fit(tmp_path):
-    """DeiT-T (192 wide) into InfViT: no InfViT arch is 192 wide, the message says
-    so and what to build; into HAViT-S it names the 192-wide archs."""
+def test_checkpoint_of_another_width_names_both_widths(tmp_path):
+    """DeiT-T (192 wide) into InfViT or HAViT-S: the inheritance names the stage
+    and both widths (and the pairs it supports)."""
     deit_t = HAViT(arch='deit-t', img_size=32, patch_size=16)
     path = tmp_path / 'deit-t.pth'
     torch.save({'state_dict': {f'backbone.{k}': v
                                for k, v in deit_t.state_dict().items()}}, path)
-    with pytest.raises(ValueError, match=r'the checkpoint is 192 wide, the model 768, '
-                       r'and no InfViT arch \(.*\) is: build it with an arch dict '
-                       r'of embed_dims=192'):
+    with pytest.raises(ValueError, match=r'stage 1: 768 channels, the teacher 192'):
         load_pretrained(InfViT(arch='linear-b', img_size=32), str(path))
-    with pytest.raises(ValueError, match="192 wide, the model 384: build HAViT with "
-                       "arch='paper' or 'deit-t'"):
+    with pytest.raises(ValueError, match='stage 1: 384 channels, the teacher 192'):
         load_pretrained(HAViT(arch='deit-s', img_size=32), str(path))
 
 
-def test_tied_model_refusing_a_fused_qkv_says_so(tmp_path):
-    """A DeiT-style fused qkv into a tied linear InfViT: the keys come from the
-    fused qkv, not from separate attn.k tensors."""
+def test_tied_model_takes_a_fused_qkv_and_says_k_is_dropped(tmp_path, reports):
+    """A DeiT-style fused qkv into a tied linear InfViT: q and v by InfSA's own
+    rule, the keys dropped (tied Q = K) and said so in the load line."""
     src = InfViT(arch=dict(TINY_VIT, attn_types='S'), img_size=32, patch_size=8)
     path = tmp_path / 'vit.pth'
     torch.save(src.state_dict(), path)
-    with pytest.raises(ValueError, match=r'key projections of their own \(in its fused '
-                       r'attn.qkv\) for layers \[0, 1\].*tie_qk=False'):
-        load_pretrained(InfViT(arch=dict(TINY_VIT, attn_types='L'), img_size=32,
-                               patch_size=8), str(path))
+    model = InfViT(arch=dict(TINY_VIT, attn_types='L'), img_size=32, patch_size=8)
+    load_pretrained(model, str(path))
+    line, = reports
+    assert 'k.weight, k.bias (tied Q = K)' in line, line
+    q = src.layers[0].attn.qkv.weight.chunk(3)[0]
+    assert torch.equal(model.layers[0].attn.q.weight, q)

@@ -83,16 +83,24 @@ def test_compile_inductor_matches_eager():
     assert err < 1e-4, err
 
 
-def test_graph_wrong_off_the_export_windows_is_refused(tmp_path):
-    """cswin-local's ONNX graph, right at the export size's window layout, is
-    refused at export time naming the checked sizes it serves and those it does
-    not; the file is removed."""
+class FrozenWidth(torch.nn.Module):
+    """Python arithmetic on the input width: a traced graph keeps the export
+    size's value (what no mixer may do; the check must catch it)."""
+
+    def forward(self, x):
+        return (x * float(x.shape[-1] % 2 + 1), )
+
+
+def test_graph_wrong_off_the_export_size_is_refused(tmp_path):
+    """A graph right at the export size and wrong at odd widths is refused at
+    export time, naming the checked sizes it serves and those it does not; the
+    file is removed."""
     path = tmp_path / 'm.onnx'
-    ok, lines = export.export_and_check(build_case('cswin-local'), SHAPE, str(path))
+    ok, lines = export.export_and_check(FrozenWidth(), SHAPE, str(path))
     assert not ok and not path.exists()
     assert lines[-1].startswith('refused: the exported graph does not match eager '
-                                'PyTorch at 250x333, 97x131, 96x144 (it does at '
-                                '128x192 of the sizes checked)')
+                                'PyTorch at 250x333, 97x131 (it does at 128x192, '
+                                '96x144 of the sizes checked)'), lines[-1]
 
 
 def test_default_checks_leave_the_grids():

@@ -315,10 +315,8 @@ def _fit_vit(state_dict, model, notes):
                                in state_dict.items() if key.startswith(q)})
             filled.append(i)
     if tied:
-        where = ('in its fused attn.qkv' if set(tied) <= set(split) else 'attn.k'
-                 if not set(tied) & set(split) else 'attn.k or a fused attn.qkv')
         raise ValueError(
-            f'the checkpoint has key projections of their own ({where}) for layers '
+            f'the checkpoint has separate key projections (attn.k) for layers '
             f'{tied}, but {type(model).__name__} ties them to the queries '
             '(tie_qk=True, the default of linear InfSA): loading it would drop '
             'them and change the function. Build the model with tie_qk=False.')
