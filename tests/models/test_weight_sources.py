@@ -358,7 +358,7 @@ def test_bicubic_matrices_equal_interpolate_in_float64(src, dst):
     """The matrices of the resample (exported as MatMuls) are PyTorch's bicubic
     ``F.interpolate`` (align_corners=False) up and down, at odd and equal sizes."""
     from torch.nn.functional import interpolate
-    from mmhybrid.models.utils.pos_embed import _bicubic
+    from mmhybrid.ops.pos_embed import _bicubic
     values = torch.randn(src[0] * src[1], 5, dtype=torch.float64)
     grid = values.T.reshape(1, 5, *src)
     ref = interpolate(grid, size=dst, mode='bicubic', align_corners=False)

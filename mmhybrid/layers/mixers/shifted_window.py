@@ -50,7 +50,7 @@ class ShiftedWindowAttention(AttentionMixer):
         """:meth:`AttentionMixer.inherit_softmax`, and the teacher's
         relative-position-bias table, resized bicubically to this window if
         another (zero, plain window attention, from a teacher without one)."""
-        from mmhybrid.models.utils.pos_embed import resize_rel_pos_bias_table
+        from mmhybrid.ops.pos_embed import resize_rel_pos_bias_table
         result = super().inherit_softmax(attn)
         result.dropped.pop('bias_table', None)
         own, table = self.relative_position_bias_table, attn.bias_table

@@ -6,7 +6,8 @@ from mmengine.logging import print_log
 
 from mmhybrid.utils.checkpoint import load_checkpoint
 from .checkpoint_formats import convert_state_dict, extract_state_dict
-from .pos_embed import resize_pos_embed, resize_rel_pos_bias_table, square_grid
+from mmhybrid.ops.pos_embed import (resize_pos_embed, resize_rel_pos_bias_table,
+                                    square_grid)
 
 MIN_LOADED_FRACTION = 0.5  # with strict=None
 _SHOWN = 3  # names shown per list in the summary

@@ -4,6 +4,7 @@ import math
 
 import torch
 
+from .tracing import is_tracing
 
 
 def cubic_matrix(src, dst, like):
@@ -48,11 +49,14 @@ def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens=0):
 
     Leading ``num_extra_tokens`` (e.g. a class token) are kept as they are. The
     grid is resampled as mmpretrain's ``resize_pos_embed`` and timm's
-    ``resample_abs_pos_embed`` do (bicubic, ``align_corners=False``). It always
-    resamples, also at the stored size, where the bicubic matrices are exactly
-    the identity (checked in float32 and float64): a traced graph then holds at
-    every input size, and no branch compares (symbolic) sizes.
+    ``resample_abs_pos_embed`` do (bicubic, ``align_corners=False``). Eager
+    calls at the stored size return the embedding itself; a traced graph always
+    resamples (the same-size bicubic is exactly the identity, checked in float32
+    and float64), so it holds at every input size (the tracer test first:
+    comparing symbolic sizes would make torch.export guard on them).
     """
+    if not is_tracing() and tuple(src_hw) == tuple(dst_hw):
+        return pos_embed
     grid = _bicubic(pos_embed[0, num_extra_tokens:], src_hw, dst_hw)[None]
     if not num_extra_tokens:
         return grid
