@@ -124,3 +124,15 @@ def identity_dwconv(conv):
 def zero_module(module):
     """Zeros for every tensor of ``module`` (a residual branch that adds nothing)."""
     return {k: torch.zeros_like(v) for k, v in module.state_dict().items()}
+
+
+def start_lepe_at_zero(result, lepe, attn):
+    """The account of an attention's optional LePE ``lepe`` (a new branch that
+    starts at zero, adding nothing) and of a teacher bias table it has no place
+    for."""
+    if lepe is not None:
+        result.tensors.update({f'lepe.{k}': v for k, v in zero_module(lepe).items()})
+        result.new['lepe'] = 'zero (the branch adds nothing)'
+    if attn.bias_table is not None:
+        result.dropped['bias_table'] = 'no position bias here'
+    return result

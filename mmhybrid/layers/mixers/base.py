@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from mmhybrid.ops.streaming import map_to_tokens, tokens_to_map
 
 from ..block import MixerState
-from ..inherit import Inherited, copy_linear, zero_module
+from ..inherit import Inherited, copy_linear, start_lepe_at_zero
 
 
 def to_heads(x, num_heads):
@@ -101,13 +101,7 @@ class AttentionMixer(nn.Module):
         result = Inherited({}, 'qkv, proj')
         copy_linear(result, 'qkv', self.qkv, attn.qkv)
         copy_linear(result, 'proj', self.proj, attn.proj)
-        if self.lepe is not None:
-            result.tensors.update(
-                {f'lepe.{k}': v for k, v in zero_module(self.lepe).items()})
-            result.new['lepe'] = 'zero (the branch adds nothing)'
-        if attn.bias_table is not None:
-            result.dropped['bias_table'] = 'no position bias here'
-        return result
+        return start_lepe_at_zero(result, self.lepe, attn)
 
     def forward(self, x, hw_shape, state=MixerState()):
         out, state = self.attention(x, hw_shape, state)

@@ -31,7 +31,7 @@ from mmhybrid.ops.infsa import linear_infsa_context
 from mmhybrid.ops.streaming import map_to_tokens, tokens_to_map
 from mmhybrid.registry import MIXERS
 from ..block import MixerState
-from ..inherit import Inherited, copy_linear, zero_module
+from ..inherit import Inherited, copy_linear, start_lepe_at_zero
 from .base import from_heads, to_heads
 
 
@@ -109,13 +109,7 @@ class InfSAttention(nn.Module):
         copy_linear(result, 'v', self.v, attn.v)
         copy_linear(result, 'proj', self.proj, attn.proj)
         result.new['gamma_logit'] = f'gamma_init {self.gamma_init}'
-        if self.lepe is not None:
-            result.tensors.update(
-                {f'lepe.{k}': v for k, v in zero_module(self.lepe).items()})
-            result.new['lepe'] = 'zero (the branch adds nothing)'
-        if attn.bias_table is not None:
-            result.dropped['bias_table'] = 'no position bias here'
-        return result
+        return start_lepe_at_zero(result, self.lepe, attn)
 
     def forward(self, x, hw_shape, state=MixerState()):
         q = to_heads(self.q(x), self.num_heads)
