@@ -10,8 +10,8 @@ setup:
 demo: setup
 	$(PY) tools/demo.py
 
-# two pytest workers (pytest-xdist) of one thread each, for CI's two cores: 16 min
-# serial, 9.5-10.5 with two workers on a 2-core host (docs/benchmarks.md)
+# two pytest workers (pytest-xdist) of one thread each, for CI's two cores: 5 to 10.5
+# min on the 2-core hosts we measured (docs/benchmarks.md, "The two commands")
 TEST_WORKERS ?= 2
 test: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -n $(TEST_WORKERS)
