@@ -15,6 +15,7 @@ import torch.nn as nn
 from mmhybrid.layers import (Block, ConvMlp, HiddenStateBridge, PatchMerging,
                              build_mixer, check_mixer_cfg, link_history,
                              parse_mixers)
+from mmhybrid.layers.mixer_layout import letters_of
 from mmhybrid.layers.mixers import ChannelMix
 from mmhybrid.registry import register_model
 from .base_backbone import check_rates, resolve_arch
@@ -44,11 +45,11 @@ for _arch in ('t', 's', 'b'):
         ARCH_ZOO[_arch], mixers=ARCH_ZOO[_arch]['mixers'].replace('L', 'G'))
 
 
-def check_routes(routes, stages):
+def check_routes(routes, stages, layout):
     """An HSB goes from a layer whose mixer carries a hidden state (``wkv``,
     ``gated_deltanet``: a ``hidden_dims`` attribute) to a deeper ``softmax``
-    layer. ``stages`` are the built blocks."""
-    layout = '/'.join(' '.join(type(b.attn).__name__ for b in s) for s in stages)
+    layer. ``stages`` are the built blocks, ``layout`` their mixers."""
+    layout = letters_of(layout)
     for src, dst in routes:
         for name, (s, l) in (('source', src), ('target', dst)):
             if not (1 <= s <= len(stages) and 1 <= l <= len(stages[s - 1])):
@@ -170,7 +171,7 @@ class SoLAVision(PyramidBackbone):
             self.stages.append(nn.ModuleList(blocks))
             link_history(self.stages[-1])
 
-        check_routes(routes, self.stages)
+        check_routes(routes, self.stages, layout)
         for src, dst in routes:
             key = f'{dst[0]}_{dst[1]}'
             if key in self.bridges:
