@@ -66,40 +66,36 @@ def _stage_pattern(entry, names, letters, where):
     return pattern
 
 
-def parse_mixers(layout, depths, owner, presets=None):
+def parse_mixers(layout, depths, owner):
     """``layout`` -> ``[[mixer name per layer] per stage]``.
 
     Args:
-        layout (str | sequence): see the module docstring, or a key of ``presets``.
+        layout (str | sequence): see the module docstring.
         depths (int | sequence[int]): the stage depths the arch fixes, or the
             number of stages when the layout gives the depths.
         owner (str): the backbone, for messages.
-        presets (dict, optional): named layouts of the backbone (``'elfatt'``).
     """
-    presets = presets or {}
-    spec = presets.get(layout, layout) if isinstance(layout, str) else layout
     num_stages = depths if isinstance(depths, int) else len(depths)
-    if isinstance(spec, str):
-        if ',' in spec:
+    if isinstance(layout, str):
+        if ',' in layout:
             raise ValueError(
                 f"{owner}: mixers={layout!r} uses ',' between stages, ELFATT's attn= "
                 f"spelling, where 'G' meant global softmax and 'L' the local window; "
                 f"in mixers= those are 'S' and the local mixer's letter (and 'G' is "
                 f"gated_deltanet, 'L' wkv): separate stages with '/', or pass attn=")
         # one name: every layer of every stage
-        entries = ([spec] * num_stages if spec in registered_mixers() else
-                   spec.split('/'))
+        entries = ([layout] * num_stages if layout in registered_mixers() else
+                   layout.split('/'))
     else:
-        entries = list(spec)
+        entries = list(layout)
         # a plain ViT's one stage may be given as its list of names
         if num_stages == 1 and len(entries) > 1 and all(isinstance(e, str)
                                                          for e in entries):
             entries = [entries]
     if len(entries) != num_stages:
-        choices = f'; presets: {", ".join(map(repr, presets))}' if presets else ''
         raise ValueError(f'{owner}: mixers={layout!r} has {len(entries)} stages, the '
                          f'backbone has {num_stages} (one entry per stage, '
-                         f"'/' between stages in a string{choices})")
+                         f"'/' between stages in a string)")
     names, letters = registered_mixers(), mixer_letters()
     stages = []
     for i, entry in enumerate(entries):
