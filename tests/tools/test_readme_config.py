@@ -1,7 +1,7 @@
 """README's "Using a backbone in your own config", run as written: its code blocks
 in order, a block starting ``# NAME.py`` written to that file, the others run;
 each config they make is built through mmseg's registry and run, its widths
-checked. The arch table of that section against the built backbones. A neck
+checked. The output-channel table of docs/configs.md against the built backbones. A neck
 width that does not fit is refused before a Runner is built, naming both."""
 import re
 from pathlib import Path
@@ -15,14 +15,16 @@ from mmengine.registry import init_default_scope
 from mmhybrid.registry import build_model
 from mmhybrid.utils import check_backbone_widths
 
-README = Path(__file__).resolve().parents[2] / 'README.md'
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / 'README.md'
+CHANNELS = ROOT / 'docs' / 'configs.md'
 SECTION = '## Using a backbone in your own config'
 
 
-def section():
-    text = README.read_text()
-    start = text.index(SECTION)
-    return text[start:text.index('\n## ', start + len(SECTION))]
+def section(path=README, heading=SECTION):
+    text = path.read_text()
+    start = text.index(heading)
+    return text[start:text.index('\n## ', start + len(heading))]
 
 
 def code_blocks():
@@ -30,9 +32,9 @@ def code_blocks():
 
 
 def arch_table():
-    """{(class, arch): channels} of the section's table."""
+    """{(class, arch): channels} of docs/configs.md's table."""
     table = {}
-    for line in section().splitlines():
+    for line in section(CHANNELS, '## Output channels of each arch').splitlines():
         cells = [c.strip() for c in line.strip('|').split('|')]
         for arch_cell, channels in zip(cells[::2], cells[1::2]):
             names = re.findall(r'`([^`]+)`', arch_cell)
