@@ -3,23 +3,16 @@
 # images: MSE on the four output maps, plus T^2 KL(teacher || student) of the
 # ImageNet logits of Swin-T's classifier (its head in the teacher checkpoint;
 # the student's head starts as a copy). Every student parameter trains.
-# Starts from Stage I's last checkpoint through load_from (the whole
-# distiller's weights; the heads come from the teacher checkpoint).
-_base_ = ['./_base_/images.py', './_base_/linearize_runtime.py']
+# Stage I's teacher, student and data; the weights start from Stage I's last
+# checkpoint through load_from (the whole distiller's; the heads come from the
+# teacher checkpoint).
+_base_ = ['./sola-s_swin-t_stage1.py']
 
-teacher_checkpoint = 'checkpoints/swin_tiny_patch4_window7_224.pth'
 load_from = 'work_dirs/sola-s_swin-t_stage1/iter_1250.pth'
 
 model = dict(
-    type='mmhybrid.LinearizationDistiller',
     stage='end_to_end',
-    teacher=dict(
-        type='mmhybrid.SwinELFATT', arch='t', attn='local', downsample='linear',
-        drop_path_rate=0., out_indices=(0, 1, 2, 3),
-        init_cfg=dict(type='Pretrained', checkpoint=teacher_checkpoint)),
-    # weights from load_from (Stage I's output)
-    backbone=dict(type='mmhybrid.SoLAVision', arch='s', drop_path_rate=0.1,
-                  out_indices=(0, 1, 2, 3)),
+    backbone=dict(drop_path_rate=0.1, init_cfg=None),  # weights from load_from
     head=dict(num_classes=1000, in_channels=768),
     temperature=1.)
 
